@@ -1,0 +1,139 @@
+"""Golden argv/env for the example inventories, and the inventory checks."""
+
+from pathlib import Path
+
+import pytest
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import host_vars
+from acceldeploy.render import render_host
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ascend_910b_qwen3_vl_32b_golden():
+    (launch,) = render_host(host_vars(str(ROOT / "inventory/examples/ascend-910b"), "npu-01"))
+    assert launch.argv == [
+        "/opt/miniforge3/envs/vllm-v0.12.0/bin/vllm",
+        "serve",
+        "/models/Qwen/Qwen3-VL-32B-Instruct@master",
+        "--served-model-name",
+        "qwen3-vl",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "2",
+        "--max-model-len",
+        "16384",
+        "--gpu-memory-utilization",
+        "0.97",
+        "--limit-mm-per-prompt",
+        '{"video":0}',
+        "--dtype",
+        "bfloat16",
+        "--max-num-seqs",
+        "4",
+        "--mm-processor-cache-gb",
+        "0",
+    ]
+    assert launch.env == {
+        "ASCEND_RT_VISIBLE_DEVICES": "2,3",
+        "CPU_AFFINITY_CONF": "1",
+        "HCCL_OP_EXPANSION_MODE": "AIV",
+        "HF_HUB_OFFLINE": "1",
+        "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+        "TASK_QUEUE_ENABLE": "2",
+        "VLLM_ASCEND_ENABLE_NZ": "0",
+    }
+    assert launch.device_paths == [
+        "/dev/davinci_manager",
+        "/dev/devmm_svm",
+        "/dev/hisi_hdc",
+        "/dev/davinci2",
+        "/dev/davinci3",
+    ]
+
+
+def test_gaudi2_qwen25_vl_golden():
+    (launch,) = render_host(host_vars(str(ROOT / "inventory/examples/gaudi2"), "hpu-01"))
+    assert launch.command_line() == (
+        "vllm serve /models/Qwen/Qwen2.5-VL-7B-Instruct@master --served-model-name qwen2-5-vl "
+        "--host 127.0.0.1 --port 8000 --tensor-parallel-size 1 --max-model-len 32768 "
+        '--gpu-memory-utilization 0.9 --limit-mm-per-prompt \'{"image":5,"video":5}\' '
+        "--dtype bfloat16"
+    )
+    assert launch.env["HABANA_VISIBLE_MODULES"] == "0"
+    assert launch.env["PT_HPU_LAZY_MODE"] == "1"
+
+
+def base(**service):
+    return {
+        "acceldeploy_platform": "ascend",
+        "acceldeploy_services": [
+            {"name": "qwen3-vl", "model": "Qwen/Qwen3-VL-8B-Instruct", "devices": [0, 1], **service}
+        ],
+    }
+
+
+def test_auto_max_model_len_is_largest_fitting_multiple_of_1024():
+    (launch,) = render_host(base(gpu_memory_utilization=0.95))
+    assert launch.max_model_len % 1024 == 0
+    assert launch.kv["needed_gib"] <= launch.kv["available_gib"]
+
+
+def test_api_key_never_reaches_argv_or_env():
+    (launch,) = render_host(base(api_key="sk-secret"))
+    assert launch.secret_env == ["VLLM_API_KEY"]
+    assert "sk-secret" not in repr(launch.to_dict())
+
+
+@pytest.mark.parametrize(
+    ("hostvars", "message"),
+    [
+        (
+            {"acceldeploy_platform": "tpu", "acceldeploy_services": []},
+            "acceldeploy_platform 'tpu' is unknown",
+        ),
+        (base(model="Qwen/Qwen3-VL-32B-Instruct", max_model_len=262144), "set max_model_len to"),
+        (base(devices=[0, 0]), "lists a device twice"),
+        (base(tensor_parallel_size=4), "tensor_parallel_size is 4 but devices has 2"),
+        (base(devices=[0, 1, 2]), "TP 3 does not divide"),
+        (base(port=70000), "port must be an integer between 1 and 65535"),
+        (base(source="github"), "source must be one of hf, modelscope"),
+        (base(maxmodellen=5), "unknown keys ['maxmodellen']"),
+        (base(host="0.0.0.0", env={"VLLM_SERVER_DEV_MODE": "1"}), "VLLM_SERVER_DEV_MODE"),
+        (base(extra_args={"api-key": "x"}), "extra_args ['api-key']"),
+        (
+            {
+                "acceldeploy_platform": "ascend",
+                "acceldeploy_services": [
+                    {"name": "a", "model": "Qwen/Qwen3-8B", "devices": [0]},
+                    {"name": "b", "model": "Qwen/Qwen3-8B", "devices": [0], "port": 8001},
+                ],
+            },
+            "both use device 0",
+        ),
+        (
+            {
+                "acceldeploy_platform": "ascend",
+                "acceldeploy_services": [
+                    {"name": "a", "model": "Qwen/Qwen3-8B", "devices": [0]},
+                    {"name": "b", "model": "Qwen/Qwen3-8B", "devices": [1]},
+                ],
+            },
+            "same port 8000",
+        ),
+        (
+            {
+                "acceldeploy_platform": "ascend",
+                "acceldeploy_services": [{"name": "x", "model": "acme/unknown-7b", "devices": [0]}],
+            },
+            "not in the catalog",
+        ),
+    ],
+)
+def test_bad_services_are_refused_naming_the_variable(hostvars, message):
+    with pytest.raises(AcceldeployError) as info:
+        render_host(hostvars)
+    assert message in str(info.value)

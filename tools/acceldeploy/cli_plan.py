@@ -1,0 +1,251 @@
+"""plan.py: size a model's KV cache, explain a vLLM start-up log, render a host's services."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from acceldeploy import catalog
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.kvplan import (
+    BUDGET_SEMANTICS,
+    DEFAULT_BLOCK_SIZE,
+    GIB,
+    MemoryBudget,
+    kv_layout,
+    plan_kv,
+)
+from acceldeploy.modelconfig import ModelArch, load_model_arch
+from acceldeploy.render import render_host
+
+
+def _arch(args: argparse.Namespace) -> ModelArch:
+    if args.model_config:
+        return load_model_arch(args.model_config, trust_arch=args.trust_arch)
+    entry = catalog.find(args.model)
+    if entry is None:
+        raise AcceldeployError(
+            f"model {args.model} is not in the catalog ({', '.join(catalog.model_ids())}); "
+            "give --model-config PATH instead"
+        )
+    return entry.arch()
+
+
+def _available(args: argparse.Namespace) -> tuple[int, MemoryBudget | None]:
+    if args.available_bytes is not None:
+        return args.available_bytes, None
+    if args.available_gib is not None:
+        return int(args.available_gib * GIB), None
+    if args.total_gib is None:
+        raise AcceldeployError(
+            "give the KV memory: --available-gib X, --available-bytes N, or the budget "
+            "--total-gib with --weights-gib (and --gpu-memory-utilization, --activation-gib, "
+            "--non-torch-gib)"
+        )
+    if args.weights_gib is None:
+        raise AcceldeployError("the budget form needs --weights-gib (weights per device)")
+    budget = MemoryBudget(
+        total_bytes=int(args.total_gib * GIB),
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        weights_bytes=int(args.weights_gib * GIB),
+        activation_bytes=int(args.activation_gib * GIB),
+        non_torch_bytes=int(args.non_torch_gib * GIB),
+        other_processes_bytes=int(args.other_processes_gib * GIB),
+        semantics=args.semantics,
+    )
+    return budget.available_kv_bytes, budget
+
+
+def _table(rows: Sequence[tuple[str, Any]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def cmd_kv(args: argparse.Namespace) -> int:
+    block = args.block_size or DEFAULT_BLOCK_SIZE[args.platform]
+    layout = kv_layout(_arch(args), args.tp, block, args.kv_cache_dtype, args.dtype)
+    available, budget = _available(args)
+    result = plan_kv(layout, available, args.max_model_len).to_dict()
+    if budget is not None:
+        result["budget"] = {
+            "total_gib": round(budget.total_bytes / GIB, 2),
+            "requested_gib": round(budget.requested_bytes / GIB, 2),
+            "non_kv_gib": round(budget.non_kv_bytes / GIB, 2),
+            "semantics": budget.semantics,
+        }
+    status = 0 if result.get("fits", True) else 1
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return status
+    rows: list[tuple[str, Any]] = [
+        ("KV bytes per token (per device)", f"{result['bytes_per_token']:,}"),
+        ("block size", result["block_size"]),
+        ("available KV memory", f"{result['available_gib']:.2f} GiB"),
+        ("KV cache blocks", f"{result['num_blocks']:,}"),
+        ("KV cache tokens", f"{result['kv_cache_tokens']:,}"),
+    ]
+    if budget is not None:
+        b = result["budget"]
+        rows.insert(
+            2,
+            (
+                "budget",
+                f"{b['total_gib']} GiB x util = {b['requested_gib']} GiB, "
+                f"non-KV {b['non_kv_gib']} GiB ({b['semantics']})",
+            ),
+        )
+    if args.max_model_len is not None:
+        rows += [
+            ("max model len", f"{args.max_model_len:,}"),
+            ("KV needed for it", f"{result['kv_needed_gib']:.2f} GiB"),
+            ("fits", "yes" if result["fits"] else "NO"),
+            ("largest max model len", f"{result['estimated_max_model_len']:,}"),
+            ("max concurrency at it", f"{result['max_concurrency']:.2f}x"),
+        ]
+    print(_table(rows))
+    return status
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from acceldeploy.vllmlog import parse_log
+
+    try:
+        with open(args.logfile, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise AcceldeployError(f"cannot read {args.logfile}: {exc.strerror}") from None
+    budget = parse_log(text)
+    data = budget.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    labels = {
+        "weights_gib": "weights",
+        "activation_gib": "peak activation",
+        "non_torch_gib": "non-torch",
+        "non_kv_gib": "= non-KV total",
+        "kv_gib": "KV cache",
+        "requested_gib": "requested (total x util)",
+        "total_gib": "device total",
+    }
+    rows = [(label, f"{data[k]:.2f} GiB") for k, label in labels.items() if k in data]
+    for key in ("kv_cache_tokens", "max_model_len", "estimated_max_model_len"):
+        if key in data:
+            rows.append((key.replace("_", " "), f"{data[key]:,}"))
+    if "kv_needed_gib" in data:
+        rows.append(("KV needed for max model len", f"{data['kv_needed_gib']:.2f} GiB"))
+    if "fits" in data:
+        rows.append(("fits", "yes" if data["fits"] else "NO"))
+    print(_table(rows))
+    for line in budget.advice:
+        print(f"  -> {line}")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from acceldeploy.inventory import host_vars
+
+    launches = render_host(host_vars(args.inventory, args.host))
+    if args.service:
+        launches = [x for x in launches if x.name == args.service]
+        if not launches:
+            raise AcceldeployError(f"host {args.host} has no service {args.service}")
+    if args.json:
+        print(json.dumps([x.to_dict() for x in launches], indent=2))
+        return 0
+    for x in launches:
+        print(f"# {x.name} on {args.host} ({x.platform}); KV: {x.kv}")
+        for key, value in x.env.items():
+            print(f"{key}={value}")
+        for key in x.secret_env:
+            print(f"{key}=<secret, from the service's 0600 EnvironmentFile>")
+        print(x.command_line())
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    for model in catalog.model_ids():
+        entry = catalog.find(model)
+        assert entry is not None
+        arch = entry.arch()
+        print(
+            f"{model:45} layers {arch.num_layers:3}  kv heads {arch.num_kv_heads:3}  "
+            f"head {arch.head_size:3}  {'MLA' if arch.is_mla else 'GQA'}  "
+            f"tuned for: {', '.join(entry.platforms) or '-'}"
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="plan.py", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    kv = sub.add_parser("kv", help="KV cache size, blocks and the largest max model len")
+    model = kv.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model-config", help="config.json or a model directory")
+    model.add_argument("--model", help="a catalog model id, e.g. Qwen/Qwen3-VL-32B-Instruct")
+    kv.add_argument(
+        "--trust-arch",
+        action="store_true",
+        help="size an architecture missing from the known list as full attention",
+    )
+    kv.add_argument("--tp", type=int, default=1, help="tensor parallel size")
+    kv.add_argument(
+        "--platform",
+        choices=sorted(DEFAULT_BLOCK_SIZE),
+        default="cuda",
+        help="picks the default block size (128 ascend/gaudi, 16 cpu/cuda)",
+    )
+    kv.add_argument("--block-size", type=int)
+    kv.add_argument("--kv-cache-dtype", default="auto")
+    kv.add_argument("--dtype", default="auto")
+    kv.add_argument("--available-gib", type=float)
+    kv.add_argument("--available-bytes", type=int)
+    kv.add_argument("--total-gib", type=float, help="device memory as vLLM sees it")
+    kv.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    kv.add_argument("--weights-gib", type=float)
+    kv.add_argument("--activation-gib", type=float, default=0.0)
+    kv.add_argument("--non-torch-gib", type=float, default=0.0)
+    kv.add_argument(
+        "--other-processes-gib",
+        type=float,
+        default=0.0,
+        help="memory other processes hold (only vllm-ascend-0.12 subtracts it)",
+    )
+    kv.add_argument("--semantics", choices=BUDGET_SEMANTICS, default="vllm")
+    kv.add_argument("--max-model-len", type=int)
+    kv.add_argument("--json", action="store_true")
+    kv.set_defaults(func=cmd_kv)
+
+    explain = sub.add_parser("explain", help="the memory budget in a vLLM start-up log")
+    explain.add_argument("logfile")
+    explain.add_argument("--json", action="store_true")
+    explain.set_defaults(func=cmd_explain)
+
+    render = sub.add_parser("render", help="the exact vllm serve argv and env of a host")
+    render.add_argument("-i", "--inventory", required=True)
+    render.add_argument("--host", required=True)
+    render.add_argument("--service")
+    render.add_argument("--json", action="store_true")
+    render.set_defaults(func=cmd_render)
+
+    cat = sub.add_parser("catalog", help="list the model catalog")
+    cat.set_defaults(func=cmd_catalog)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except AcceldeployError as exc:
+        print(f"plan.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

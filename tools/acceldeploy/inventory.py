@@ -1,0 +1,50 @@
+"""Read an Ansible inventory the way a playbook sees it (group_vars, host_vars, Jinja)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+
+
+def host_vars(inventory: str, host: str) -> dict[str, Any]:
+    """The fully templated variables of one host, using Ansible's own machinery."""
+    if not os.path.exists(inventory):
+        raise AcceldeployError(f"inventory {inventory} does not exist")
+    os.environ.setdefault("ANSIBLE_DEPRECATION_WARNINGS", "false")
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[inventory])
+    entry = manager.get_host(host)
+    if entry is None:
+        known = ", ".join(sorted(h.name for h in manager.get_hosts())) or "none"
+        raise AcceldeployError(f"host {host} is not in inventory {inventory} (hosts: {known})")
+    variables = VariableManager(loader=loader, inventory=manager).get_vars(host=entry)
+    templated = _plain(Templar(loader=loader, variables=variables).template(variables))
+    assert isinstance(templated, dict)
+    return templated
+
+
+def hosts(inventory: str, pattern: str = "all") -> list[str]:
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    manager = InventoryManager(loader=DataLoader(), sources=[inventory])
+    return [h.name for h in manager.get_hosts(pattern)]
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's tagged/lazy containers turned into plain Python data."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value

@@ -1,0 +1,208 @@
+"""Turn (service, platform, model geometry, planner) into the final vLLM argv and env.
+
+Ansible calls this through filter_plugins/acceldeploy.py and `plan.py render` prints it;
+the unit and launcher templates only print what this returns.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
+from acceldeploy.modelconfig import ModelArch, load_model_arch
+from acceldeploy.platforms import Platform, get_platform
+from acceldeploy.service import Service, parse_services
+
+AUTO_LEN_STEP = 1024
+DEFAULT_CEILING = 32768
+SECRET_ENV = "VLLM_API_KEY"
+
+
+@dataclass(frozen=True)
+class Launch:
+    name: str
+    model_path: str
+    argv: list[str]
+    env: dict[str, str]
+    secret_env: list[str]
+    platform: str
+    runtime: str
+    devices: list[int]
+    device_paths: list[str]
+    env_scripts: list[str]
+    port: int
+    host: str
+    max_model_len: int
+    kv: dict[str, Any]
+
+    def command_line(self) -> str:
+        return shlex.join(self.argv)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["command_line"] = self.command_line()
+        return data
+
+
+def model_path(models_root: str, service: Service) -> str:
+    return f"{models_root.rstrip('/')}/{service.model}@{service.revision or 'main'}"
+
+
+def model_arch(service: Service) -> ModelArch:
+    if service.model_config:
+        return load_model_arch(service.model_config)
+    if service.catalog_entry:
+        return service.catalog_entry.arch()
+    raise AcceldeployError(
+        f"service {service.name}: model {service.model} is not in the catalog; set "
+        "model_config: <path to its config.json> so the planner can size it"
+    )
+
+
+def available_kv_bytes(service: Service, platform: Platform, env: dict[str, str]) -> int:
+    """KV cache memory per rank that vLLM will find, from the platform's budget rules."""
+    if platform.device_memory_bytes is None:
+        space = env.get("VLLM_CPU_KVCACHE_SPACE", "0")
+        if not space.isdigit() or int(space) < 1:
+            raise AcceldeployError(
+                f"service {service.name}: env VLLM_CPU_KVCACHE_SPACE must be a whole number of "
+                f"GiB >= 1 on platform {platform.name}, got {space!r}"
+            )
+        return int(space) * GIB
+    weights = service.memory.get("weights_gib")
+    if weights is None:
+        if service.catalog_entry is None:
+            raise AcceldeployError(
+                f"service {service.name}: set memory.weights_gib (weights per device) for "
+                f"{service.model}, which is not in the catalog"
+            )
+        weights = service.catalog_entry.weights_gib(service.tensor_parallel_size)
+    budget = MemoryBudget(
+        total_bytes=platform.device_memory_bytes,
+        gpu_memory_utilization=service.gpu_memory_utilization,
+        weights_bytes=int(weights * GIB),
+        activation_bytes=int(service.memory.get("activation_gib", platform.activation_gib) * GIB),
+        non_torch_bytes=int(service.memory.get("non_torch_gib", platform.non_torch_gib) * GIB),
+    )
+    return budget.available_kv_bytes
+
+
+def resolve_max_model_len(
+    service: Service, arch: ModelArch, layout: KVLayout, available: int
+) -> int:
+    ceiling = arch.max_position_embeddings or DEFAULT_CEILING
+    if service.max_model_len == "auto":
+        length = largest_fitting_len(layout, available, ceiling, AUTO_LEN_STEP)
+        if length < layout.block_size:
+            raise AcceldeployError(
+                f"service {service.name}: no KV cache room for even one block "
+                f"({available / GIB:.2f} GiB available per device); use more devices, raise "
+                "gpu_memory_utilization, or a smaller model"
+            )
+        return length
+    assert isinstance(service.max_model_len, int)
+    needed = layout.needed_bytes(service.max_model_len)
+    if needed > available:
+        estimate = layout.estimate_max_model_len(available, service.max_model_len)
+        raise AcceldeployError(
+            f"service {service.name}: max_model_len {service.max_model_len} needs "
+            f"{needed / GIB:.2f} GiB KV cache per device but {available / GIB:.2f} GiB is "
+            f"available; set max_model_len to {estimate} or less (or auto), raise "
+            "gpu_memory_utilization, or add devices"
+        )
+    return service.max_model_len
+
+
+def cli_args(options: dict[str, Any]) -> list[str]:
+    """vLLM flags from a mapping: True is a bare flag, None/False drop it, lists repeat."""
+    args: list[str] = []
+    for key, value in options.items():
+        flag = "--" + str(key).lstrip("-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, list):
+            for item in value:
+                args += [flag, str(item)]
+        elif isinstance(value, dict):
+            args += [flag, json.dumps(value, separators=(",", ":"))]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def render_service(service: Service, platform: Platform, models_root: str) -> Launch:
+    env = dict(platform.env)
+    if platform.device_env and service.devices:
+        env[platform.device_env] = ",".join(str(d) for d in service.devices)
+    env["HF_HUB_OFFLINE"] = "1"
+    env.update(service.env)
+
+    arch = model_arch(service)
+    block = service.block_size or platform.block_size
+    layout = kv_layout(arch, service.tensor_parallel_size, block, service.kv_cache_dtype)
+    available = available_kv_bytes(service, platform, env)
+    length = resolve_max_model_len(service, arch, layout, available)
+
+    path = model_path(models_root, service)
+    options: dict[str, Any] = {
+        "served-model-name": service.name,
+        "host": service.host,
+        "port": service.port,
+        "tensor-parallel-size": service.tensor_parallel_size,
+        "max-model-len": length,
+    }
+    if platform.device_memory_bytes is not None:
+        options["gpu-memory-utilization"] = service.gpu_memory_utilization
+    if service.block_size is not None:
+        options["block-size"] = service.block_size
+    if service.kv_cache_dtype != "auto":
+        options["kv-cache-dtype"] = service.kv_cache_dtype
+    if service.limit_mm_per_prompt is not None:
+        options["limit-mm-per-prompt"] = service.limit_mm_per_prompt
+    reserved = set(options) | {"model", "api-key"}
+    clash = sorted(set(str(k).lstrip("-") for k in service.extra_args) & reserved)
+    if clash:
+        raise AcceldeployError(
+            f"service {service.name}: extra_args {clash} are set from the service's own keys "
+            "(or, for api-key, from the vault); set those keys instead"
+        )
+    options.update(service.extra_args)
+
+    kv = {
+        "bytes_per_token": layout.bytes_per_token,
+        "block_size": block,
+        "available_gib": round(available / GIB, 2),
+        "kv_cache_tokens": layout.kv_cache_tokens(available),
+        "needed_gib": round(layout.needed_bytes(length) / GIB, 2),
+        "max_concurrency": round(layout.max_concurrency(available, length), 2),
+    }
+    return Launch(
+        name=service.name,
+        model_path=path,
+        argv=[platform.vllm_bin, "serve", path, *cli_args(options)],
+        env=dict(sorted(env.items())),
+        secret_env=[SECRET_ENV] if service.api_key else [],
+        platform=platform.name,
+        runtime=platform.runtime,
+        devices=service.devices,
+        device_paths=platform.device_paths(service.devices),
+        env_scripts=list(platform.env_scripts),
+        port=service.port,
+        host=service.host,
+        max_model_len=length,
+        kv=kv,
+    )
+
+
+def render_host(hostvars: dict[str, Any]) -> list[Launch]:
+    """Every service of one host, from its (templated) inventory variables."""
+    platform = get_platform(str(hostvars.get("acceldeploy_platform", "")))
+    services = parse_services(hostvars.get("acceldeploy_services", []), platform.name)
+    root = str(hostvars.get("acceldeploy_models_root", "/models"))
+    return [render_service(s, platform, root) for s in services]
