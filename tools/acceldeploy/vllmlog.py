@@ -39,8 +39,8 @@ PATTERNS: dict[str, str] = {
     "kv_gib": rf"Available KV cache memory:\s*{NUM}{UNIT}",
     "requested_gib": rf"[Rr]equested memory:\s*(?:[0-9.]+\s*\(util\),\s*)?{NUM}{UNIT}",
     "initial_free_gib": rf"Initial free memory:?\s*{NUM}{UNIT}",
-    "legacy_kv_gib": rf"Available memory:\s*{NUM}{UNIT}",
-    "total_gib": rf"total memory:\s*{NUM}{UNIT}",
+    "legacy_kv_gib": rf"Available memory:\s*{NUM}{UNIT}|kv_cache_size={NUM}{UNIT}",
+    "total_gib": rf"total(?: memory:\s*|_gpu_memory=){NUM}{UNIT}",
     "legacy_weights_gib": rf"(?:Loading model weights|Model loading) took\s*{NUM}{UNIT}",
     "needed_gib": r"\(([0-9.]+) GiB KV cache is needed",
     "error_available_gib": r"available KV cache memory \(([0-9.]+) GiB\)",
@@ -50,6 +50,9 @@ INTS: dict[str, str] = {
     "estimated_max_model_len": r"estimated maximum model length is\s*([0-9,]+)",
     "max_model_len": r"max seq len \(([0-9]+)\)|max_seq_len=([0-9]+)|"
     r"Maximum concurrency for ([0-9,]+) tokens",
+    "num_gpu_blocks": r"GPU blocks:\s*([0-9]+)",
+    "block_size": r"block_size=([0-9]+)",
+    "v0_max_tokens": r"tokens that can be stored in KV cache \(([0-9]+)\)",
     "tensor_parallel_size": r"tensor_parallel_size=([0-9]+)",
 }
 UTIL = r"Requested memory:\s*([0-9.]+)\s*\(util\)|gpu_memory_utilization=([0-9.]+)"
@@ -73,6 +76,9 @@ class Budget:
     estimated_max_model_len: int | None = None
     max_concurrency: float | None = None
     tensor_parallel_size: int | None = None
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    v0_max_tokens: int | None = None
     advice: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,10 +94,13 @@ def _first(pattern: str, text: str) -> re.Match[str] | None:
 
 
 def _all_gib(pattern: str, text: str) -> list[float]:
-    return [
-        _gib(m.group(1), m.group(2) if m.lastindex and m.lastindex > 1 else None)
-        for m in re.finditer(pattern, text)
-    ]
+    """Every figure the pattern finds; alternatives are (number, unit) group pairs."""
+    values = []
+    for m in re.finditer(pattern, text):
+        groups = [*m.groups(), None]
+        i = next(i for i, g in enumerate(groups) if g is not None)
+        values.append(_gib(str(groups[i]), groups[i + 1]))
+    return values
 
 
 def parse_log(text: str) -> Budget:
@@ -141,7 +150,13 @@ def _derive(b: Budget) -> None:
         b.requested_gib = round(b.total_gib * b.gpu_memory_utilization, 2)
     if b.kv_gib is None and b.requested_gib is not None and b.non_kv_gib is not None:
         b.kv_gib = round(b.requested_gib - b.non_kv_gib, 2)
-    if b.kv_needed_gib is not None and b.kv_gib is not None:
+    if b.kv_cache_tokens is None and b.num_gpu_blocks is not None:
+        # vLLM V0 logged blocks, not tokens; its CUDA block size was 16 unless configured.
+        b.kv_cache_tokens = b.num_gpu_blocks * (b.block_size or 16)
+    if b.v0_max_tokens is not None:
+        b.estimated_max_model_len = b.v0_max_tokens
+        b.fits = False
+    elif b.kv_needed_gib is not None and b.kv_gib is not None:
         b.fits = b.kv_needed_gib <= b.kv_gib
     elif b.kv_cache_tokens is not None and b.max_model_len is not None:
         b.fits = b.kv_cache_tokens >= b.max_model_len
