@@ -2,6 +2,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from acceldeploy import catalog
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.kvplan import GIB, MemoryBudget, cdiv, kv_layout, plan_kv

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+
 from acceldeploy import catalog
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.modelconfig import load_model_arch

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import host_vars
 from acceldeploy.render import render_host

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.vllmlog import parse_log
 
