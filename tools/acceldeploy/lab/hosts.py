@@ -1,0 +1,835 @@
+"""Lab hosts: one systemd-nspawn container per host, each kept alive by a small supervisor.
+
+Layout:
+    $ACCELDEPLOY_CACHE/rootfs/bookworm      shared read-only lower layer (rootfs.py)
+    $ACCELDEPLOY_CACHE/lab/<host>/upper     the host's writes (overlayfs upper + work dirs)
+    /run/acceldeploy-lab/id_ed25519         root's ssh key for every host
+    /run/acceldeploy-lab/hosts/<host>/      host.json, supervisor.pid, nspawn.pid, logs, root/
+
+The supervisor (``python -m acceldeploy.lab.hosts supervise RUN_DIR``) runs detached in its
+own session, mounts the overlay on root/, and runs systemd-nspawn in a loop: exit code 133
+(the container asked for a reboot) starts it again, anything else ends the loop. SIGTERM to
+the supervisor is passed on to systemd-nspawn, which shuts the container down in order.
+Each host lives in its own cgroup (acceldeploy-<host>) in every hierarchy nspawn uses, so
+two containers never share cgroups and everything a host runs can be found and killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from acceldeploy.lab import prereq, rootfs
+from acceldeploy.lab.inventory import InventoryHost, write_inventory
+
+DEFAULT_STATE = Path("/run/acceldeploy-lab")
+MACHINE_PREFIX = "acceldeploy-"
+HOST_PREFIX = "lab"
+DEFAULT_HOSTS = 2
+DEFAULT_BASE_PORT = 2201
+REBOOT_EXIT = 133
+BOOT_TIMEOUT = 180.0
+STOP_TIMEOUT = 60.0
+KILL_TIMEOUT = 10.0
+TOOLS_DIR = Path(__file__).resolve().parents[2]
+REPO_ROOT = TOOLS_DIR.parent
+DEFAULT_INVENTORY = REPO_ROOT / "inventory" / "lab" / "hosts.yml"
+HOST_NAME = re.compile(rf"^{HOST_PREFIX}([1-9][0-9]*)$")
+SSH_OPTIONS = (
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "IdentitiesOnly=yes",
+)
+
+Say = Callable[[str], None]
+
+
+class LabError(Exception):
+    pass
+
+
+def say_stdout(message: str) -> None:
+    print(message, flush=True)
+
+
+@dataclass(frozen=True)
+class Bind:
+    src: Path
+    dst: str
+    read_only: bool = True
+
+    @classmethod
+    def parse(cls, text: str, read_only: bool = True) -> Bind:
+        src, sep, dst = text.partition(":")
+        if not src:
+            raise ValueError(f"bind mount {text!r}: expected SRC:DST")
+        return cls(Path(src).absolute(), dst if sep and dst else src, read_only)
+
+    @classmethod
+    def of(cls, value: Bind | tuple[str | Path, str, bool]) -> Bind:
+        if isinstance(value, Bind):
+            return value
+        src, dst, read_only = value
+        return cls(Path(src).absolute(), str(dst), bool(read_only))
+
+    def nspawn_arg(self) -> str:
+        flag = "--bind-ro" if self.read_only else "--bind"
+        src = str(self.src).replace(":", "\\:")
+        dst = self.dst.replace(":", "\\:")
+        return f"{flag}={src}:{dst}"
+
+
+@dataclass(frozen=True)
+class LabPaths:
+    state: Path
+    cache: Path
+
+    @classmethod
+    def from_env(cls) -> LabPaths:
+        state = Path(os.environ.get("ACCELDEPLOY_LAB_STATE") or DEFAULT_STATE)
+        return cls(state=state, cache=rootfs.cache_dir())
+
+    @property
+    def key(self) -> Path:
+        return self.state / "id_ed25519"
+
+    @property
+    def lock(self) -> Path:
+        return self.state / "lock"
+
+    @property
+    def rootfs(self) -> Path:
+        return rootfs.rootfs_path(self.cache)
+
+    def run_dir(self, name: str) -> Path:
+        return self.state / "hosts" / name
+
+    def data_dir(self, name: str) -> Path:
+        return self.cache / "lab" / name
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    index: int
+    ssh_port: int
+    lower: Path
+    data: Path
+    run: Path
+    binds: tuple[Bind, ...] = ()
+    capabilities: tuple[str, ...] = ()
+
+    @property
+    def machine(self) -> str:
+        return MACHINE_PREFIX + self.name
+
+    @property
+    def upper(self) -> Path:
+        return self.data / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.data / "work"
+
+    @property
+    def merged(self) -> Path:
+        return self.run / "root"
+
+    @property
+    def spec_file(self) -> Path:
+        return self.run / "host.json"
+
+    @property
+    def supervisor_pid_file(self) -> Path:
+        return self.run / "supervisor.pid"
+
+    @property
+    def nspawn_pid_file(self) -> Path:
+        return self.run / "nspawn.pid"
+
+    @property
+    def console_log(self) -> Path:
+        return self.run / "console.log"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.run / "supervisor.log"
+
+    def to_json(self) -> str:
+        data = {
+            "name": self.name,
+            "index": self.index,
+            "ssh_port": self.ssh_port,
+            "lower": str(self.lower),
+            "data": str(self.data),
+            "run": str(self.run),
+            "binds": [[str(b.src), b.dst, b.read_only] for b in self.binds],
+            "capabilities": list(self.capabilities),
+        }
+        return json.dumps(data, indent=2) + "\n"
+
+    @classmethod
+    def load(cls, run: Path) -> HostSpec:
+        data = json.loads((run / "host.json").read_text())
+        return cls(
+            name=data["name"],
+            index=int(data["index"]),
+            ssh_port=int(data["ssh_port"]),
+            lower=Path(data["lower"]),
+            data=Path(data["data"]),
+            run=Path(data["run"]),
+            binds=tuple(Bind(Path(s), d, bool(ro)) for s, d, ro in data["binds"]),
+            capabilities=tuple(data["capabilities"]),
+        )
+
+
+def host_name(index: int) -> str:
+    return f"{HOST_PREFIX}{index}"
+
+
+def host_index(name: str) -> int:
+    match = HOST_NAME.match(name)
+    if not match:
+        raise LabError(
+            f"unknown host {name!r}: lab hosts are named {HOST_PREFIX}1, {HOST_PREFIX}2, ..."
+        )
+    return int(match.group(1))
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _write_atomic(path: Path, content: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(content)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    text = _read_text(path) or ""
+    return "\n".join(f"    {line}" for line in text.splitlines()[-lines:])
+
+
+def pid_alive(pid: int) -> bool:
+    stat = _read_text(Path(f"/proc/{pid}/stat"))
+    if stat is None:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _cmdline(pid: int) -> list[str]:
+    raw = _read_text(Path(f"/proc/{pid}/cmdline"))
+    return raw.rstrip("\0").split("\0") if raw else []
+
+
+def _read_pid(path: Path) -> int | None:
+    text = _read_text(path)
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
+
+
+def supervisor_pid(run: Path) -> int | None:
+    """The pid of the host's live supervisor, checked against its command line."""
+    pid = _read_pid(run / "supervisor.pid")
+    if pid is None or not pid_alive(pid):
+        return None
+    argv = _cmdline(pid)
+    if "supervise" in argv and str(run) in argv:
+        return pid
+    return None
+
+
+def nspawn_pids(machine: str | None = None) -> dict[int, str]:
+    """systemd-nspawn processes of lab machines (all of them, or the one named)."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        argv = _cmdline(int(entry.name))
+        if not argv or Path(argv[0]).name != "systemd-nspawn":
+            continue
+        for arg in argv[1:]:
+            name = arg.removeprefix("--machine=")
+            if name == arg or not name.startswith(MACHINE_PREFIX + HOST_PREFIX):
+                continue
+            if machine is None or name == machine:
+                found[int(entry.name)] = name
+    return found
+
+
+def _cgroup_roots() -> list[Path]:
+    """The unified (cgroup2) hierarchy and, on hybrid hosts, the v1 name=systemd one."""
+    unified: Path | None = None
+    named: Path | None = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        head, _, tail = line.partition(" - ")
+        fstype, _, rest = tail.partition(" ")
+        point = Path(rootfs._unescape_mountinfo(head.split(" ")[4]))
+        if fstype == "cgroup2" and unified is None:
+            unified = point
+        elif fstype == "cgroup" and "name=systemd" in rest.split(" ")[-1].split(",") and not named:
+            named = point
+    return [p for p in (unified, named) if p is not None]
+
+
+def host_cgroups(machine: str) -> list[Path]:
+    return [root / machine for root in _cgroup_roots()]
+
+
+def join_cgroups(machine: str) -> None:
+    for group in host_cgroups(machine):
+        group.mkdir(exist_ok=True)
+        (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+
+def cgroup_pids(machine: str) -> set[int]:
+    pids: set[int] = set()
+    for group in host_cgroups(machine):
+        if not group.is_dir():
+            continue
+        for dirpath, _, _ in os.walk(group):
+            procs = _read_text(Path(dirpath) / "cgroup.procs") or ""
+            pids.update(int(p) for p in procs.split())
+    return pids
+
+
+def prune_cgroups(machine: str, keep_top: bool) -> None:
+    for group in host_cgroups(machine):
+        if not group.is_dir():
+            continue
+        for dirpath, _, _ in sorted(os.walk(group), key=lambda w: len(w[0]), reverse=True):
+            if keep_top and Path(dirpath) == group:
+                continue
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+
+
+def kill_host_processes(machine: str, supervisor: int | None) -> None:
+    for group in host_cgroups(machine):
+        kill_file = group / "cgroup.kill"
+        if kill_file.exists():
+            with contextlib.suppress(OSError):
+                kill_file.write_text("1\n")
+    deadline = time.monotonic() + KILL_TIMEOUT
+    while True:
+        pids = cgroup_pids(machine) | set(nspawn_pids(machine))
+        if supervisor is not None and pid_alive(supervisor):
+            pids.add(supervisor)
+        pids = {p for p in pids if pid_alive(p)}
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            raise LabError(f"{machine}: processes survive SIGKILL: {sorted(pids)}")
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def _check_overlay_paths(spec: HostSpec) -> None:
+    for path in (spec.lower, spec.upper, spec.work):
+        if any(c in str(path) for c in ",:"):
+            raise LabError(f"overlayfs cannot use {path}: no ',' or ':' allowed in lab paths")
+
+
+def mount_overlay(spec: HostSpec) -> None:
+    if rootfs.is_mounted(spec.merged):
+        return
+    _check_overlay_paths(spec)
+    for directory in (spec.upper, spec.work, spec.merged):
+        directory.mkdir(parents=True, exist_ok=True)
+    options = f"lowerdir={spec.lower},upperdir={spec.upper},workdir={spec.work}"
+    result = subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", options, str(spec.merged)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise LabError(f"{spec.name}: mounting the overlay failed: {result.stderr.strip()}")
+
+
+def nspawn_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"
+    return env
+
+
+def nspawn_argv(spec: HostSpec) -> list[str]:
+    # No systemd as PID 1 here, hence no machined/bus: --register=no --keep-unit.
+    argv = [
+        "systemd-nspawn",
+        "--boot",
+        f"--directory={spec.merged}",
+        f"--machine={spec.machine}",
+        "--register=no",
+        "--keep-unit",
+        "--link-journal=no",
+        "--settings=no",
+        "--console=read-only",
+    ]
+    argv += [bind.nspawn_arg() for bind in spec.binds]
+    argv += [f"--capability={cap}" for cap in spec.capabilities]
+    return argv
+
+
+class _Supervisor:
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+        self.stopping = False
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def log(self, message: str) -> None:
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {self.spec.name}: {message}", flush=True)
+
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.log(f"got {signal.Signals(signum).name}, shutting the host down")
+        self.stopping = True
+        self._forward_stop()
+
+    def _forward_stop(self) -> None:
+        child = self.child
+        if child is not None and child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGTERM)
+
+    def run(self) -> int:
+        spec = self.spec
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        _write_atomic(spec.supervisor_pid_file, f"{os.getpid()}\n")
+        join_cgroups(spec.machine)
+        code = 0
+        try:
+            while not self.stopping:
+                mount_overlay(spec)
+                prune_cgroups(spec.machine, keep_top=True)
+                with spec.console_log.open("ab") as console:
+                    self.child = subprocess.Popen(
+                        nspawn_argv(spec),
+                        stdin=subprocess.DEVNULL,
+                        stdout=console,
+                        stderr=subprocess.STDOUT,
+                        env=nspawn_env(),
+                    )
+                _write_atomic(spec.nspawn_pid_file, f"{self.child.pid}\n")
+                self.log(f"systemd-nspawn started, pid {self.child.pid}")
+                if self.stopping:
+                    self._forward_stop()
+                code = self.child.wait()
+                self.log(f"systemd-nspawn exited with {code}")
+                if code != REBOOT_EXIT:
+                    break
+                self.log("the host rebooted itself; starting it again")
+        finally:
+            spec.nspawn_pid_file.unlink(missing_ok=True)
+            rootfs.unmount_under(spec.merged)
+            prune_cgroups(spec.machine, keep_top=True)
+            self.log("stopped")
+        return code
+
+
+def supervise(run: Path) -> int:
+    return _Supervisor(HostSpec.load(run)).run()
+
+
+def ensure_key(paths: LabPaths) -> Path:
+    key = paths.key
+    if key.exists() and key.with_name(key.name + ".pub").exists():
+        return key
+    paths.state.mkdir(parents=True, exist_ok=True)
+    paths.state.chmod(0o755)
+    tmp = key.with_name(f".{key.name}.{os.getpid()}")
+    for stale in (tmp, tmp.with_name(tmp.name + ".pub")):
+        stale.unlink(missing_ok=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "acceldeploy-lab", "-f", str(tmp)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    os.replace(tmp.with_name(tmp.name + ".pub"), key.with_name(key.name + ".pub"))
+    os.replace(tmp, key)
+    return key
+
+
+def _write_in_host(root: Path, rel: str, content: str, mode: int = 0o644) -> None:
+    target = root / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content)
+    target.chmod(mode)
+
+
+def _prepare_host(spec: HostSpec, public_key: str) -> None:
+    mount_overlay(spec)
+    root = spec.merged
+    _write_in_host(root, "etc/hostname", f"{spec.name}\n")
+    _write_in_host(root, "etc/hosts", rootfs.HOSTS_FILE + f"127.0.1.1\t{spec.name}\n")
+    if not (_read_text(root / "etc/machine-id") or "").strip():
+        _write_in_host(root, "etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
+    _write_in_host(
+        root,
+        "etc/ssh/sshd_config.d/20-acceldeploy-lab-listen.conf",
+        f"Port {spec.ssh_port}\nListenAddress 127.0.0.1\n",
+    )
+    (root / "root/.ssh").mkdir(mode=0o700, exist_ok=True)
+    _write_in_host(root, "root/.ssh/authorized_keys", public_key, 0o600)
+    if not (root / "etc/ssh/ssh_host_ed25519_key").exists():
+        subprocess.run(["ssh-keygen", "-q", "-A", "-f", str(root)], check=True, capture_output=True)
+
+
+def boot_host(
+    paths: LabPaths,
+    index: int,
+    ssh_port: int,
+    binds: Sequence[Bind | tuple[str | Path, str, bool]] = (),
+    capabilities: Sequence[str] = (),
+    say: Say = say_stdout,
+) -> HostSpec:
+    """Start host lab<index> under a detached supervisor; return at once (see wait_ready).
+
+    binds are extra mounts: (host source, path in the host, read_only).
+    """
+    name = host_name(index)
+    spec = HostSpec(
+        name=name,
+        index=index,
+        ssh_port=ssh_port,
+        lower=paths.rootfs,
+        data=paths.data_dir(name),
+        run=paths.run_dir(name),
+        binds=tuple(Bind.of(b) for b in binds),
+        capabilities=tuple(capabilities),
+    )
+    digest_file = spec.data / "rootfs.digest"
+    if spec.upper.exists() and _read_text(digest_file) != rootfs.recipe_digest():
+        say(f"{name}: kept state was made on another rootfs; starting fresh")
+        rootfs.remove_tree(spec.data)
+    elif spec.upper.exists():
+        say(f"{name}: reusing kept state in {spec.data}")
+    spec.data.mkdir(parents=True, exist_ok=True)
+    _write_atomic(digest_file, rootfs.recipe_digest())
+    spec.run.mkdir(parents=True, exist_ok=True)
+    for log in (spec.console_log, spec.supervisor_log):
+        log.write_bytes(b"")
+    _write_atomic(spec.spec_file, spec.to_json())
+    public_key = paths.key.with_name(paths.key.name + ".pub").read_text()
+    _prepare_host(spec, public_key)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TOOLS_DIR), env.get("PYTHONPATH")) if p)
+    with spec.supervisor_log.open("ab") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "acceldeploy.lab.hosts", "supervise", str(spec.run)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+            env=env,
+            start_new_session=True,
+        )
+    _write_atomic(spec.supervisor_pid_file, f"{proc.pid}\n")
+    say(f"{name}: booting (ssh 127.0.0.1:{ssh_port}, supervisor pid {proc.pid})")
+    return spec
+
+
+def ssh_argv(key: Path, port: int, command: Sequence[str] = (), batch: bool = True) -> list[str]:
+    argv = ["ssh", "-i", str(key), "-p", str(port), *SSH_OPTIONS]
+    if batch:
+        argv += ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+    return [*argv, "root@127.0.0.1", *command]
+
+
+def ssh_run(key: Path, port: int, command: str, timeout: float = 30.0) -> tuple[int, str]:
+    try:
+        result = subprocess.run(
+            ssh_argv(key, port, [command]),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return 255, ""
+    return result.returncode, result.stdout.strip()
+
+
+def _boot_failure(spec: HostSpec, why: str) -> LabError:
+    return LabError(
+        f"{spec.name}: {why}\n"
+        f"  console ({spec.console_log}):\n{_tail(spec.console_log)}\n"
+        f"  supervisor ({spec.supervisor_log}):\n{_tail(spec.supervisor_log, 8)}"
+    )
+
+
+def wait_ready(
+    specs: Sequence[HostSpec], key: Path, timeout: float = BOOT_TIMEOUT
+) -> dict[str, str]:
+    """Wait until every host's `systemctl is-system-running` has settled; fail unless running."""
+    deadline = time.monotonic() + timeout
+    pending = list(specs)
+    states: dict[str, str] = {}
+    last: dict[str, str] = {}
+    while pending:
+        for spec in list(pending):
+            if supervisor_pid(spec.run) is None:
+                raise _boot_failure(spec, "stopped while booting")
+            _, state = ssh_run(key, spec.ssh_port, "systemctl is-system-running", timeout=10)
+            last[spec.name] = state or "no ssh yet"
+            if state and state not in ("initializing", "starting"):
+                states[spec.name] = state
+                pending.remove(spec)
+        if pending:
+            if time.monotonic() > deadline:
+                spec = pending[0]
+                raise _boot_failure(
+                    spec, f"not ready after {timeout:.0f}s (state: {last.get(spec.name)})"
+                )
+            time.sleep(0.3)
+    problems = []
+    for spec in specs:
+        if states[spec.name] != "running":
+            _, failed = ssh_run(key, spec.ssh_port, "systemctl --failed --no-legend --plain")
+            problems.append(
+                f"{spec.name}: is-system-running says {states[spec.name]}; failed units:\n"
+                + "\n".join(f"    {line}" for line in (failed or "(none listed)").splitlines())
+            )
+    if problems:
+        raise LabError(
+            "\n".join(problems)
+            + "\n  make them boot clean: fix the rootfs recipe (MASKED_UNITS in lab/rootfs.py)"
+        )
+    return states
+
+
+def known_hosts(paths: LabPaths) -> list[str]:
+    names: set[str] = set()
+    runs = paths.state / "hosts"
+    if runs.is_dir():
+        names.update(p.name for p in runs.iterdir() if (p / "host.json").exists())
+    datas = paths.cache / "lab"
+    if datas.is_dir():
+        names.update(p.name for p in datas.iterdir() if p.is_dir())
+    for root in _cgroup_roots():
+        groups = root.iterdir() if root.is_dir() else iter(())
+        names.update(
+            g.name[len(MACHINE_PREFIX) :] for g in groups if g.name.startswith(MACHINE_PREFIX)
+        )
+    names.update(m.removeprefix(MACHINE_PREFIX) for m in nspawn_pids().values())
+    return sorted((n for n in names if HOST_NAME.match(n)), key=host_index)
+
+
+def running_hosts(paths: LabPaths) -> list[str]:
+    return [n for n in known_hosts(paths) if supervisor_pid(paths.run_dir(n)) is not None]
+
+
+def up(
+    paths: LabPaths,
+    count: int = DEFAULT_HOSTS,
+    base_port: int = DEFAULT_BASE_PORT,
+    binds: Sequence[Bind | tuple[str | Path, str, bool]] = (),
+    inventory: Path = DEFAULT_INVENTORY,
+    timeout: float = BOOT_TIMEOUT,
+    say: Say = say_stdout,
+) -> Path:
+    if count < 1:
+        raise LabError("--hosts must be at least 1")
+    bind_list = [Bind.of(b) for b in binds]
+    names = [host_name(i) for i in range(1, count + 1)]
+    running = set(running_hosts(paths))
+    orphans = sorted({m.removeprefix(MACHINE_PREFIX) for m in nspawn_pids().values()} - running)
+    if orphans:
+        raise LabError(
+            f"{', '.join(orphans)}: container running without its supervisor: "
+            "run `tools/lab.py down` first"
+        )
+    extra = sorted(running - set(names), key=host_index)
+    if extra:
+        raise LabError(
+            f"{', '.join(extra)} running but --hosts {count} asked: "
+            f"run `tools/lab.py down` first or pass --hosts {host_index(extra[-1])}"
+        )
+    to_start = [(i, n) for i, n in enumerate(names, start=1) if n not in running]
+    ports = {n: base_port + i - 1 for i, n in to_start}
+    rootfs_ready = rootfs.is_current(paths.rootfs)
+    needed = ["systemd-nspawn", "ssh", "ssh-keygen", "mount", "umount"]
+    if not rootfs_ready:
+        needed.insert(0, "debootstrap")
+    prereq.require(
+        [
+            *prereq.check_root(),
+            *prereq.check_binaries(needed),
+            *prereq.check_overlayfs(),
+            *prereq.check_cgroup2(),
+            *prereq.check_disk(paths.cache),
+            *prereq.check_ports_free(ports.values()),
+            *prereq.check_paths_exist(b.src for b in bind_list),
+        ]
+    )
+    if not rootfs_ready and running:
+        raise LabError(
+            "the rootfs recipe changed while hosts run on the old one: "
+            "run `tools/lab.py down` first, then up"
+        )
+    paths.state.mkdir(parents=True, exist_ok=True)
+    with rootfs.file_lock(paths.lock):
+        try:
+            rootfs.ensure_rootfs(paths.cache, say)
+        except rootfs.RootfsError as exc:
+            raise LabError(str(exc)) from exc
+        key = ensure_key(paths)
+        specs: list[HostSpec] = []
+        for name in names:
+            if name in running:
+                spec = HostSpec.load(paths.run_dir(name))
+                say(f"{name}: already running (ssh 127.0.0.1:{spec.ssh_port}), left alone")
+                if set(spec.binds) != set(bind_list):
+                    say(f"{name}: runs with other bind mounts than asked; down/up to change them")
+                specs.append(spec)
+            else:
+                specs.append(boot_host(paths, host_index(name), ports[name], bind_list, say=say))
+        wait_ready(specs, key, timeout)
+        say("all hosts: systemctl is-system-running = running")
+        hosts = [InventoryHost(s.name, s.index, s.ssh_port) for s in specs]
+        return write_inventory(inventory, hosts, key)
+
+
+def _request_stop(paths: LabPaths, name: str) -> int | None:
+    pid = supervisor_pid(paths.run_dir(name))
+    targets = [pid] if pid is not None else list(nspawn_pids(MACHINE_PREFIX + name))
+    for target in targets:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGTERM)
+    return pid
+
+
+def _finish_stop(
+    paths: LabPaths, name: str, pid: int | None, deadline: float, keep: bool, say: Say
+) -> None:
+    run = paths.run_dir(name)
+    machine = MACHINE_PREFIX + name
+    while time.monotonic() < deadline and (
+        (pid is not None and pid_alive(pid)) or nspawn_pids(machine)
+    ):
+        time.sleep(0.1)
+    leftovers = {p for p in cgroup_pids(machine) | set(nspawn_pids(machine)) if pid_alive(p)}
+    if (pid is not None and pid_alive(pid)) or leftovers:
+        say(f"{name}: did not shut down in time; killing it")
+        kill_host_processes(machine, pid)
+    rootfs.unmount_under(run / "root")
+    prune_cgroups(machine, keep_top=False)
+    for stale in ("host.json", "supervisor.pid", "nspawn.pid"):
+        (run / stale).unlink(missing_ok=True)
+    if (run / "root").is_dir():
+        (run / "root").rmdir()
+    if keep:
+        say(f"{name}: stopped; state kept in {paths.data_dir(name)}")
+    else:
+        rootfs.remove_tree(paths.data_dir(name))
+        say(f"{name}: stopped and removed")
+
+
+def down(
+    paths: LabPaths, keep: bool = False, timeout: float = STOP_TIMEOUT, say: Say = say_stdout
+) -> list[str]:
+    prereq.require(prereq.check_root())
+    names = known_hosts(paths)
+    if not names:
+        say("no lab hosts")
+        return []
+    paths.state.mkdir(parents=True, exist_ok=True)
+    with rootfs.file_lock(paths.lock):
+        pids = {name: _request_stop(paths, name) for name in names}
+        deadline = time.monotonic() + timeout
+        for name in names:
+            _finish_stop(paths, name, pids[name], deadline, keep, say)
+    return names
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    name: str
+    state: str
+    ssh_port: int | None
+    boot_id: str = "-"
+    system: str = "-"
+
+
+def status(paths: LabPaths) -> list[HostStatus]:
+    prereq.require([*prereq.check_root(), *prereq.check_binaries(["ssh"])])
+    rows = []
+    for name in known_hosts(paths):
+        run = paths.run_dir(name)
+        spec = HostSpec.load(run) if (run / "host.json").exists() else None
+        port = spec.ssh_port if spec else None
+        if supervisor_pid(run) is None or spec is None:
+            orphaned = nspawn_pids(MACHINE_PREFIX + name)
+            rows.append(HostStatus(name, "orphaned" if orphaned else "stopped", port))
+            continue
+        code, out = ssh_run(
+            paths.key,
+            spec.ssh_port,
+            "cat /proc/sys/kernel/random/boot_id; systemctl is-system-running",
+            timeout=15,
+        )
+        lines = out.splitlines()
+        boot_id = lines[0] if lines else "-"
+        system = lines[1] if len(lines) > 1 else ("unreachable" if code == 255 else "-")
+        rows.append(HostStatus(name, "running", port, boot_id, system))
+    return rows
+
+
+def format_status(rows: Iterable[HostStatus]) -> str:
+    table = [("HOST", "STATE", "SSH", "BOOT ID", "SYSTEM")]
+    for row in rows:
+        port = f"127.0.0.1:{row.ssh_port}" if row.ssh_port else "-"
+        table.append((row.name, row.state, port, row.boot_id, row.system))
+    if len(table) == 1:
+        return "no lab hosts (tools/lab.py up)"
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table
+    )
+
+
+def ssh_command(paths: LabPaths, name: str, command: Sequence[str]) -> list[str]:
+    prereq.require([*prereq.check_root(), *prereq.check_binaries(["ssh"])])
+    run = paths.run_dir(name)
+    host_index(name)
+    if supervisor_pid(run) is None:
+        raise LabError(f"{name} is not running (tools/lab.py status; tools/lab.py up)")
+    spec = HostSpec.load(run)
+    return ssh_argv(paths.key, spec.ssh_port, command, batch=False)
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "supervise":
+        return supervise(Path(argv[1]))
+    print("usage: python -m acceldeploy.lab.hosts supervise RUN_DIR", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,66 @@
+"""The Ansible inventory for the lab hosts (inventory/lab/hosts.yml)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GROUP = "lab"
+HEADER = (
+    "# Written by `tools/lab.py up`; rewritten on every up. Hosts are systemd-nspawn\n"
+    "# containers on this machine sharing its network: each has its own sshd port.\n"
+)
+SSH_COMMON_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    name: str
+    index: int
+    ssh_port: int
+
+
+def inventory_data(hosts: list[InventoryHost], key: Path) -> dict[str, Any]:
+    entries: dict[str, Any] = {}
+    for host in sorted(hosts, key=lambda h: h.index):
+        entries[host.name] = {
+            "ansible_host": "127.0.0.1",
+            "ansible_port": host.ssh_port,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(key.absolute()),
+            "ansible_ssh_common_args": SSH_COMMON_ARGS,
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "lab_index": host.index,
+        }
+    return {
+        "all": {
+            "children": {
+                GROUP: {
+                    "vars": {"acceldeploy_platform": "cpu"},
+                    "hosts": entries,
+                }
+            }
+        }
+    }
+
+
+def write_inventory(path: Path, hosts: list[InventoryHost], key: Path) -> Path:
+    body = yaml.safe_dump(inventory_data(hosts, key), sort_keys=False, default_flow_style=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".hosts.", suffix=".yml", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(HEADER + body)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path
+
+
+def read_inventory(path: Path) -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load(path.read_text()) or {}
+    hosts = data.get("all", {}).get("children", {}).get(GROUP, {}).get("hosts", {}) or {}
+    return {str(name): dict(hostvars or {}) for name, hostvars in hosts.items()}

@@ -1,0 +1,268 @@
+"""The lab's Debian root filesystem: built once with debootstrap, cached, shared read-only."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+SUITE = "bookworm"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_CACHE = Path("/var/cache/acceldeploy")
+RECIPE_VERSION = 2
+STAMP = Path("etc/acceldeploy-lab-rootfs.json")
+
+PACKAGES: tuple[str, ...] = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "python3",
+    "python3-venv",
+    "python3-dev",
+    "python3-apt",
+    "sudo",
+    "iproute2",
+    "procps",
+    "curl",
+    "ca-certificates",
+    "rsync",
+    "git",
+    "g++",
+    "libnuma1",
+    "libgomp1",
+    "util-linux",
+    "kmod",
+    "grub-common",
+    "grub2-common",
+    "dmidecode",
+    "cpufrequtils",
+)
+
+# Unattended apt runs would race the roles' own apt tasks for the dpkg lock.
+MASKED_UNITS: tuple[str, ...] = (
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+)
+
+SSHD_CONFIG = """\
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UseDNS no
+"""
+
+HOSTS_FILE = """\
+127.0.0.1\tlocalhost
+::1\t\tlocalhost ip6-localhost ip6-loopback
+ff02::1\t\tip6-allnodes
+ff02::2\t\tip6-allrouters
+"""
+
+
+class RootfsError(Exception):
+    pass
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ACCELDEPLOY_CACHE") or DEFAULT_CACHE)
+
+
+def mirror() -> str:
+    return os.environ.get("ACCELDEPLOY_DEBIAN_MIRROR") or DEFAULT_MIRROR
+
+
+def rootfs_path(cache: Path) -> Path:
+    return cache / "rootfs" / SUITE
+
+
+def sources_list(mirror_url: str) -> str:
+    security = "http://deb.debian.org/debian-security"
+    return (
+        f"deb {mirror_url} {SUITE} main\n"
+        f"deb {mirror_url} {SUITE}-updates main\n"
+        f"deb {security} {SUITE}-security main\n"
+    )
+
+
+def recipe_digest() -> str:
+    recipe = {
+        "version": RECIPE_VERSION,
+        "suite": SUITE,
+        "packages": sorted(PACKAGES),
+        "masked": sorted(MASKED_UNITS),
+        "sshd": SSHD_CONFIG,
+        "hosts": HOSTS_FILE,
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+
+
+def built_digest(root: Path) -> str | None:
+    try:
+        stamp = json.loads((root / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    digest = stamp.get("digest") if isinstance(stamp, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
+def is_current(root: Path) -> bool:
+    return built_digest(root) == recipe_digest()
+
+
+def _unescape_mountinfo(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_points() -> list[Path]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            points.append(Path(_unescape_mountinfo(fields[4])))
+    return points
+
+
+def is_mounted(path: Path) -> bool:
+    return path in mount_points()
+
+
+def mounts_under(path: Path) -> list[Path]:
+    base = path.resolve() if path.exists() else path
+    return [p for p in mount_points() if p == base or base in p.parents]
+
+
+def unmount_under(path: Path) -> None:
+    for point in sorted(set(mounts_under(path)), key=lambda p: len(p.parts), reverse=True):
+        if subprocess.run(["umount", str(point)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(point)], capture_output=True, check=True)
+    left = mounts_under(path)
+    if left:
+        raise RootfsError(f"still mounted under {path}: {', '.join(map(str, left))}")
+
+
+def remove_tree(path: Path) -> None:
+    """rmtree that refuses to descend into anything still mounted (a stray /dev bind, say)."""
+    if not path.exists():
+        return
+    unmount_under(path)
+    shutil.rmtree(path)
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write(root: Path, rel: str, content: str, mode: int = 0o644) -> None:
+    target = root / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content)
+    target.chmod(mode)
+
+
+def configure(root: Path, mirror_url: str) -> None:
+    _write(root, "etc/machine-id", "", 0o444)
+    (root / "var/lib/dbus/machine-id").unlink(missing_ok=True)
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    _write(root, "etc/ssh/sshd_config.d/10-acceldeploy-lab.conf", SSHD_CONFIG)
+    _write(root, "etc/hostname", "acceldeploy-lab\n")
+    _write(root, "etc/hosts", HOSTS_FILE)
+    _write(root, "etc/default/locale", "LANG=C.UTF-8\n")
+    _write(root, "etc/apt/sources.list", sources_list(mirror_url))
+    for unit in MASKED_UNITS:
+        link = root / "etc/systemd/system" / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to("/dev/null")
+    (root / "root/.ssh").mkdir(mode=0o700, exist_ok=True)
+    for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+        deb.unlink()
+    stamp = {"digest": recipe_digest(), "suite": SUITE, "packages": list(PACKAGES)}
+    _write(root, str(STAMP), json.dumps(stamp, indent=2) + "\n")
+
+
+def _debootstrap(target: Path, debs: Path, mirror_url: str, log: Path) -> None:
+    argv = [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(PACKAGES)}",
+        f"--cache-dir={debs}",
+        SUITE,
+        str(target),
+        mirror_url,
+    ]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    if code != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise RootfsError(f"debootstrap failed (exit {code}); full log: {log}\n{tail}")
+
+
+def ensure_rootfs(cache: Path, say: Callable[[str], None] = print) -> Path:
+    """Return the cached rootfs, building it first if it is missing or its recipe changed.
+
+    The build happens in a sibling temp dir that is renamed into place only when complete,
+    so an interrupted build is never mistaken for a usable rootfs.
+    """
+    target = rootfs_path(cache)
+    if is_current(target):
+        return target
+    base = target.parent
+    base.mkdir(parents=True, exist_ok=True)
+    with file_lock(base / ".lock"):
+        if is_current(target):
+            return target
+        for stale in base.glob(f".{SUITE}.*"):
+            remove_tree(stale)
+        debs = base / "debs"
+        debs.mkdir(exist_ok=True)
+        log = base / "debootstrap.log"
+        reason = "recipe changed, rebuilding" if target.exists() else "first build"
+        say(f"building Debian {SUITE} rootfs in {target} ({reason}, a few minutes; log: {log})")
+        partial = Path(tempfile.mkdtemp(prefix=f".{SUITE}.partial-", dir=base))
+        try:
+            partial.chmod(0o755)
+            _debootstrap(partial, debs, mirror(), log)
+            unmount_under(partial)
+            configure(partial, mirror())
+            if target.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{SUITE}.old-", dir=base))
+                old.rmdir()
+                target.rename(old)
+                partial.rename(target)
+                remove_tree(old)
+            else:
+                partial.rename(target)
+        except BaseException:
+            remove_tree(partial)
+            raise
+    say(f"rootfs ready: {target}")
+    return target

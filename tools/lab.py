@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Local lab: Debian 12 hosts with systemd as PID 1 (systemd-nspawn), reachable over ssh."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from acceldeploy.lab import hosts
+from acceldeploy.lab.prereq import MIN_FREE_GB, PrereqError
+from acceldeploy.lab.rootfs import RootfsError
+
+
+def _bind(text: str) -> hosts.Bind:
+    try:
+        return hosts.Bind.parse(text, read_only=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="tools/lab.py",
+        description=(
+            "Debian 12 lab hosts (systemd-nspawn, host network, sshd on 127.0.0.1:PORT). "
+            f"Needs root, debootstrap, systemd-nspawn, overlayfs, {MIN_FREE_GB} GB free in "
+            "$ACCELDEPLOY_CACHE (default /var/cache/acceldeploy)."
+        ),
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+    up = sub.add_parser(
+        "up",
+        help="start lab1..labN (idempotent) and write inventory/lab/hosts.yml",
+        description="Hosts already running are left alone; others start fresh unless "
+        "`down --keep` kept their state.",
+    )
+    up.add_argument("--hosts", type=int, default=hosts.DEFAULT_HOSTS, metavar="N")
+    up.add_argument(
+        "--base-port",
+        type=int,
+        default=hosts.DEFAULT_BASE_PORT,
+        metavar="PORT",
+        help="ssh port of lab1; labN gets PORT+N-1 (default %(default)s)",
+    )
+    up.add_argument(
+        "--bind-ro",
+        type=_bind,
+        action="append",
+        default=[],
+        metavar="SRC:DST",
+        help="bind SRC on this machine read-only at DST in every host (repeatable)",
+    )
+    up.add_argument("--timeout", type=float, default=hosts.BOOT_TIMEOUT, metavar="SECONDS")
+    up.add_argument(
+        "--inventory", type=Path, default=hosts.DEFAULT_INVENTORY, help=argparse.SUPPRESS
+    )
+    down = sub.add_parser("down", help="shut all lab hosts down and remove their state")
+    down.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each host's written state (overlay upper dir) for the next up",
+    )
+    sub.add_parser("status", help="per host: running, ssh port, boot id, is-system-running")
+    ssh = sub.add_parser("ssh", help="ssh into a host as root: ssh lab1 [CMD...]")
+    ssh.add_argument("host")
+    ssh.add_argument("cmd", nargs=argparse.REMAINDER)
+    return top
+
+
+def _terminate(signum: int, _frame: FrameType | None) -> None:
+    sys.exit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    paths = hosts.LabPaths.from_env()
+    try:
+        if args.command == "up":
+            inventory = hosts.up(
+                paths,
+                count=args.hosts,
+                base_port=args.base_port,
+                binds=args.bind_ro,
+                inventory=args.inventory,
+                timeout=args.timeout,
+            )
+            print(inventory)
+        elif args.command == "down":
+            hosts.down(paths, keep=args.keep)
+        elif args.command == "status":
+            print(hosts.format_status(hosts.status(paths)))
+        elif args.command == "ssh":
+            argv_ssh = hosts.ssh_command(paths, args.host, args.cmd)
+            sys.stdout.flush()
+            os.execvp(argv_ssh[0], argv_ssh)
+    except PrereqError as exc:
+        for problem in exc.problems:
+            print(problem.line(), file=sys.stderr)
+        return 2
+    except (hosts.LabError, RootfsError) as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
