@@ -35,7 +35,8 @@ from acceldeploy.lab.inventory import InventoryHost, write_inventory
 
 DEFAULT_STATE = Path("/run/acceldeploy-lab")
 MACHINE_PREFIX = "acceldeploy-"
-HOST_PREFIX = "lab"
+# A second, independent lab on the same machine: its own prefix, state dir and ports.
+HOST_PREFIX = os.environ.get("ACCELDEPLOY_LAB_PREFIX", "lab")
 DEFAULT_HOSTS = 2
 DEFAULT_BASE_PORT = 2201
 REBOOT_EXIT = 133
