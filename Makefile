@@ -2,10 +2,14 @@
 PY ?= python3
 VENV := .venv
 BIN := $(abspath $(VENV))/bin
+CACHE ?= /var/cache/acceldeploy
+LAB_HOSTS ?= 2
+WHEELS_IN_HOST := /srv/acceldeploy/wheels
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+export ACCELDEPLOY_CACHE := $(CACHE)
 
-.PHONY: venv lint test-unit test clean
+.PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,13 +21,36 @@ venv: $(VENV)/.installed
 lint: venv
 	$(BIN)/ruff check tools tests filter_plugins
 	$(BIN)/ruff format --check tools tests filter_plugins
-	$(BIN)/mypy tools/acceldeploy filter_plugins/acceldeploy_filters.py
+	$(BIN)/mypy tools/acceldeploy tools/lab.py filter_plugins/acceldeploy_filters.py
 	$(BIN)/ansible-lint --profile production site.yml playbooks
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
 
+# What the lab needs from the machine: debootstrap and systemd-nspawn (Debian packages).
+host-deps:
+	@command -v debootstrap >/dev/null && command -v systemd-nspawn >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	     debootstrap systemd-container >/dev/null)
+
+# The lab: wheel cache, tiny model and mirror prepared once into $(CACHE), then the hosts,
+# with the wheel cache bound read-only into each (no per-host download).
+lab: venv host-deps
+	$(BIN)/python tools/lab.py prepare > /dev/null
+	$(BIN)/python tools/lab.py mirror start > /dev/null
+	$(BIN)/python tools/lab.py up --hosts $(LAB_HOSTS) \
+	  --bind-ro $(CACHE)/wheels:$(WHEELS_IN_HOST)
+
+lab-down: venv
+	-$(BIN)/python tools/lab.py down
+	-$(BIN)/python tools/lab.py mirror stop > /dev/null
+
+test-lab: lab
+	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -m lab tests/lab
+
+# Everything; the lab is torn down whatever the result.
 test: lint test-unit
+	$(MAKE) test-lab; rc=$$?; $(MAKE) lab-down; exit $$rc
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
