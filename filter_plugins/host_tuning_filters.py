@@ -1,0 +1,85 @@
+"""Ansible adapter over tools/acceldeploy/hosttuning.py for roles/host_tuning: the role's
+templates and tasks only print what these return; bad input fails naming the variable."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+from acceldeploy import hosttuning
+from acceldeploy.errors import AcceldeployError
+
+
+def _guard(func: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except AcceldeployError as exc:
+            raise AnsibleFilterError(str(exc)) from None
+
+    wrapped.__name__ = func.__name__
+    wrapped.__doc__ = func.__doc__
+    return wrapped
+
+
+def host_tuning_plan(
+    probe: Mapping[str, Any], inputs: Mapping[str, Any], facts: Mapping[str, Any]
+) -> dict[str, Any]:
+    """probe | host_tuning_plan(host_tuning_inputs, ansible_facts): what the role will do."""
+    return hosttuning.plan(inputs, facts, probe)
+
+
+def host_tuning_reboot_reasons(
+    plan: Mapping[str, Any], kernel_file_results: Any, bios_staged: Sequence[str] = ()
+) -> list[str]:
+    """plan | host_tuning_reboot_reasons([registered kernel-file results], staged BIOS keys)."""
+    return hosttuning.reboot_reasons(plan, kernel_file_results, list(bios_staged or []))
+
+
+def host_tuning_cmdline_check(plan: Mapping[str, Any], probe: Mapping[str, Any]) -> dict[str, Any]:
+    return hosttuning.cmdline_check(plan, probe)
+
+
+def host_tuning_bios_audit(plan: Mapping[str, Any], probe: Mapping[str, Any]) -> dict[str, Any]:
+    return hosttuning.bios_audit(plan, probe)
+
+
+def host_tuning_redfish_changes(
+    wanted: Mapping[str, Any], bios: Mapping[str, Any], settings: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    return hosttuning.redfish_changes(wanted, bios, settings)
+
+
+def host_tuning_redfish_settings_url(bios: Mapping[str, Any], endpoint: str, bios_url: str) -> str:
+    return hosttuning.redfish_settings_url(endpoint, bios_url, bios)
+
+
+def host_tuning_summary(
+    plan: Mapping[str, Any],
+    outcome: Mapping[str, Any],
+    probe_after: Mapping[str, Any],
+    reboot: Mapping[str, Any] | None = None,
+) -> list[str]:
+    return hosttuning.summary(plan, outcome, probe_after, reboot)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            f.__name__: _guard(f)
+            for f in (
+                host_tuning_plan,
+                host_tuning_reboot_reasons,
+                host_tuning_cmdline_check,
+                host_tuning_bios_audit,
+                host_tuning_redfish_changes,
+                host_tuning_redfish_settings_url,
+                host_tuning_summary,
+            )
+        }
