@@ -19,10 +19,11 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 lint: venv
-	$(BIN)/ruff check tools tests filter_plugins
-	$(BIN)/ruff format --check tools tests filter_plugins
-	$(BIN)/mypy tools/acceldeploy tools/lab.py filter_plugins/acceldeploy_filters.py
-	$(BIN)/ansible-lint --profile production site.yml playbooks
+	$(BIN)/ruff check tools tests filter_plugins roles
+	$(BIN)/ruff format --check tools tests filter_plugins roles
+	$(BIN)/mypy tools/acceldeploy tools/lab.py $(wildcard filter_plugins/*.py) \
+	  $(wildcard roles/*/library/*.py) $(wildcard roles/*/action_plugins/*.py)
+	$(BIN)/ansible-lint --profile production site.yml playbooks roles
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
