@@ -81,6 +81,7 @@ def snapshot(venv: str, launch: Launch) -> str:
         "sys.argv[1], revision='main', local_dir=sys.argv[2]))"
     )
     on_host(
+        f"rm -rf {shlex.quote(launch.model_path)} && "
         f"HF_ENDPOINT={mirror.endpoint} HF_HUB_DISABLE_TELEMETRY=1 {venv} -c "
         f"{shlex.quote(script)} {tinymodel.MODEL_ID} {shlex.quote(launch.model_path)}"
     )
