@@ -10,6 +10,16 @@ from acceldeploy.errors import AcceldeployError
 
 def host_vars(inventory: str, host: str) -> dict[str, Any]:
     """The fully templated variables of one host, using Ansible's own machinery."""
+    found = hosts_vars(inventory, host)
+    if host not in found:
+        known = ", ".join(sorted(hosts_vars(inventory, "all"))) or "none"
+        raise AcceldeployError(f"host {host} is not in inventory {inventory} (hosts: {known})")
+    return found[host]
+
+
+def hosts_vars(inventory: str, pattern: str = "all") -> dict[str, dict[str, Any]]:
+    """Templated variables of every host matching an Ansible pattern. Not thread-safe
+    (Ansible's plugin loader is not): call it before fanning out."""
     if not os.path.exists(inventory):
         raise AcceldeployError(f"inventory {inventory} does not exist")
     os.environ.setdefault("ANSIBLE_DEPRECATION_WARNINGS", "false")
@@ -20,22 +30,14 @@ def host_vars(inventory: str, host: str) -> dict[str, Any]:
 
     loader = DataLoader()
     manager = InventoryManager(loader=loader, sources=[inventory])
-    entry = manager.get_host(host)
-    if entry is None:
-        known = ", ".join(sorted(h.name for h in manager.get_hosts())) or "none"
-        raise AcceldeployError(f"host {host} is not in inventory {inventory} (hosts: {known})")
-    variables = VariableManager(loader=loader, inventory=manager).get_vars(host=entry)
-    templated = _plain(Templar(loader=loader, variables=variables).template(variables))
-    assert isinstance(templated, dict)
-    return templated
-
-
-def hosts(inventory: str, pattern: str = "all") -> list[str]:
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-
-    manager = InventoryManager(loader=DataLoader(), sources=[inventory])
-    return [h.name for h in manager.get_hosts(pattern)]
+    variables = VariableManager(loader=loader, inventory=manager)
+    result: dict[str, dict[str, Any]] = {}
+    for entry in manager.get_hosts(pattern):
+        raw = variables.get_vars(host=entry)
+        templated = _plain(Templar(loader=loader, variables=raw).template(raw))
+        assert isinstance(templated, dict)
+        result[entry.name] = templated
+    return result
 
 
 def _plain(value: Any) -> Any:

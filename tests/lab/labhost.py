@@ -1,0 +1,85 @@
+"""Running things on the lab's hosts for tests: a shell command, the vLLM venv from the
+bound wheel cache, the tiny model from the mirror, a transient vLLM unit."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from acceldeploy.inventory import host_vars
+from acceldeploy.lab import tinymodel, wheelhouse
+from acceldeploy.lab.mirror import default_mirror
+from acceldeploy.render import Launch, render_host
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = Path(os.environ.get("ACCELDEPLOY_TEST_INVENTORY", ROOT / "inventory/lab/hosts.yml"))
+WHEELS_IN_HOST = "/srv/acceldeploy/wheels"
+VENV = "/opt/acceldeploy/venv"
+PLUGIN = "acceldeploy-vllm-cpu-platform"
+
+
+def on_host(host: str, command: str, timeout: float = 600, check: bool = True) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/lab.py"), "ssh", host, command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check:
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def launch_of(host: str, inventory: Path = INVENTORY) -> Launch:
+    (service,) = render_host(host_vars(str(inventory), host))
+    return service
+
+
+def install_venv(host: str) -> str:
+    """The vLLM stack from the bind-mounted wheel cache only (--no-index, the lock's pins)."""
+    pins = sorted(f"{n}=={v}" for n, v in wheelhouse.read_lock(wheelhouse.DEFAULT_LOCK).items())
+    on_host(
+        host,
+        f"test -x {VENV}/bin/python || python3 -m venv {VENV} && "
+        f"{VENV}/bin/pip install --quiet --no-index --find-links {WHEELS_IN_HOST} --no-deps "
+        + " ".join(shlex.quote(p) for p in [*pins, PLUGIN]),
+        timeout=900,
+    )
+    return f"{VENV}/bin/python"
+
+
+def download_model(host: str, python: str, path: str) -> None:
+    """snapshot_download through the lab mirror into an empty directory."""
+    script = (
+        "import huggingface_hub, sys; print(huggingface_hub.snapshot_download("
+        "sys.argv[1], revision='main', local_dir=sys.argv[2]))"
+    )
+    on_host(
+        host,
+        f"rm -rf {shlex.quote(path)} && HF_ENDPOINT={default_mirror().endpoint} "
+        f"HF_HUB_DISABLE_TELEMETRY=1 {python} -c {shlex.quote(script)} "
+        f"{tinymodel.MODEL_ID} {shlex.quote(path)}",
+    )
+
+
+def start_unit(
+    host: str, unit: str, launch: Launch, extra_env: dict[str, str] | None = None
+) -> None:
+    env = {**launch.env, **(extra_env or {})}
+    setenv = " ".join(f"--setenv={shlex.quote(f'{k}={v}')}" for k, v in env.items())
+    on_host(
+        host,
+        f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
+        f"systemd-run --unit={unit} --property=WorkingDirectory=/tmp {setenv} "
+        f"{launch.command_line()}",
+    )
+
+
+def unit_alive(host: str, unit: str) -> None:
+    state = on_host(host, f"systemctl show -p ActiveState --value {unit}", check=False).strip()
+    if state not in ("active", "activating"):
+        log = on_host(host, f"journalctl -u {unit} --no-pager -n 60", check=False)
+        raise AssertionError(f"{unit} on {host} is {state}:\n{log}")
