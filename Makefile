@@ -19,10 +19,11 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 lint: venv
-	$(BIN)/ruff check tools tests filter_plugins roles
-	$(BIN)/ruff format --check tools tests filter_plugins roles
+	$(BIN)/ruff check tools tests filter_plugins roles library
+	$(BIN)/ruff format --check tools tests filter_plugins roles library
 	$(BIN)/mypy tools/acceldeploy tools/lab.py $(wildcard filter_plugins/*.py) \
-	  $(wildcard roles/*/library/*.py) $(wildcard roles/*/action_plugins/*.py)
+	  $(wildcard library/*.py) $(wildcard roles/*/library/*.py) \
+	  $(wildcard roles/*/action_plugins/*.py) $(wildcard roles/*/filter_plugins/*.py)
 	$(BIN)/ansible-lint --profile production site.yml playbooks roles
 
 test-unit: venv

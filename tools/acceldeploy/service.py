@@ -21,6 +21,7 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 DEFAULTS: dict[str, Any] = {
     "source": "hf",
     "revision": None,
+    "allow_patterns": None,
     "devices": None,
     "tensor_parallel_size": None,
     "port": 8000,
@@ -46,6 +47,7 @@ class Service:
     model: str
     source: str
     revision: str | None
+    allow_patterns: list[str] | None
     devices: list[int]
     tensor_parallel_size: int
     port: int
@@ -118,6 +120,18 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
         raise AcceldeployError(
             f"{var}.source must be one of {', '.join(SOURCES)}, got {merged['source']!r}"
         )
+    patterns = merged["allow_patterns"]
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if patterns is not None and (
+        not isinstance(patterns, list)
+        or not patterns
+        or not all(isinstance(p, str) and p for p in patterns)
+    ):
+        raise AcceldeployError(
+            f"{var}.allow_patterns must be a non-empty list of glob patterns such as "
+            f"['*.safetensors', '*.json'], got {merged['allow_patterns']!r}"
+        )
     devices = merged["devices"]
     if devices is None:
         devices = [] if platform == "cpu" else [0]
@@ -171,6 +185,7 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
         model=model,
         source=merged["source"],
         revision=None if merged["revision"] is None else str(merged["revision"]),
+        allow_patterns=patterns,
         devices=devices,
         tensor_parallel_size=tp,
         port=_int(merged["port"], f"{var}.port", 1, 65535),

@@ -1,0 +1,411 @@
+"""roles/model_weights on two lab hosts through the lab's mirrors (playbooks/models.yml).
+
+- bad input (unknown source, missing revision, too little disk) fails before any download;
+- ``each``: the HF mirror serves every byte twice; ``seed``: once, and both hosts end with the
+  same verified files; a second run changes nothing, downloads nothing and re-hashes nothing;
+  ``--check --diff`` changes nothing;
+- a download killed midway resumes on the next run (ModelScope path through msmirror, which
+  honours Range; HF path through olah, which does not, so there the file restarts) and
+  verifies;
+- a byte flipped in a published file is found and repaired (``verify: fast`` when the mtime
+  moved, ``verify: full`` when it did not).
+
+The models are made here (deterministic bytes, so deterministic commits) and published into the
+mirror's root: $ACCELDEPLOY_TEST_MIRROR_ROOT (default /var/cache/acceldeploy/mirror), olah on
+$ACCELDEPLOY_TEST_MIRROR_PORT (default 8090), msmirror on $ACCELDEPLOY_TEST_MSMIRROR_PORT
+(default 8095). Hosts from $ACCELDEPLOY_TEST_INVENTORY.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import socket
+import socketserver
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_run import PlaybookRun, inventory_hosts, lab_inventory, run_playbook, ssh
+
+from acceldeploy.lab import mirror as olah_mirror
+from acceldeploy.lab import msmirror
+
+pytestmark = pytest.mark.lab
+
+PLAYBOOK = "playbooks/models.yml"
+MODEL = "acceldeploy/weights-test-model"
+BLOB = "acceldeploy/weights-test-blob"
+BLOB_BYTES = 96 * 1024 * 1024
+ROOT = "/srv/acceldeploy-test-models"
+MIB = 1024 * 1024
+
+
+def _bytes(seed: int, size: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def make_model(directory: Path) -> None:
+    """Shards, JSON, a nested file and a name with glob characters: what a model repo has."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps({"model_type": "test", "layers": 2}) + "\n")
+    (directory / "model-00001-of-00002.safetensors").write_bytes(_bytes(1, 6 * MIB))
+    (directory / "model-00002-of-00002.safetensors").write_bytes(_bytes(2, 3 * MIB + 17))
+    (directory / "tokenizer.json").write_text(json.dumps({"vocab": list(range(2000))}))
+    (directory / "sub").mkdir(exist_ok=True)
+    (directory / "sub" / "extra[1].json").write_text('{"nested": true}\n')
+    (directory / "README.md").write_text("not wanted by allow_patterns\n")
+
+
+def make_blob(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "blob.bin").write_bytes(_bytes(3, BLOB_BYTES))
+    (directory / "config.json").write_text('{"model_type": "blob"}\n')
+
+
+class Throttle:
+    """A TCP proxy that slows server-to-client bytes, so a download can be killed midway."""
+
+    def __init__(self, target_port: int, rate: int) -> None:
+        self.target_port = target_port
+        self.rate = rate
+        outer = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                upstream = socket.create_connection(("127.0.0.1", outer.target_port))
+                client = self.request
+
+                def up() -> None:
+                    try:
+                        while data := client.recv(65536):
+                            upstream.sendall(data)
+                    except OSError:
+                        pass
+                    finally:
+                        with contextlib.suppress(OSError):
+                            upstream.shutdown(socket.SHUT_WR)
+
+                threading.Thread(target=up, daemon=True).start()
+                try:
+                    while data := upstream.recv(65536):
+                        client.sendall(data)
+                        time.sleep(len(data) / outer.rate)
+                except OSError:
+                    pass
+                finally:
+                    upstream.close()
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def hosts() -> dict[str, dict[str, Any]]:
+    inventory = lab_inventory()
+    if not inventory.exists():
+        pytest.skip(f"no {inventory}: run `python3 tools/lab.py up` first")
+    found = inventory_hosts(inventory)
+    if len(found) < 2:
+        pytest.skip(f"{inventory} has {len(found)} host(s); these tests need two")
+    return dict(list(found.items())[:2])
+
+
+@pytest.fixture(scope="module")
+def mirrors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = Path(
+        os.environ.get("ACCELDEPLOY_TEST_MIRROR_ROOT") or olah_mirror.cache_dir() / "mirror"
+    )
+    hf = olah_mirror.Mirror(
+        root=root, port=int(os.environ.get("ACCELDEPLOY_TEST_MIRROR_PORT") or 8090)
+    )
+    ms = msmirror.MsMirror(
+        root=root, port=int(os.environ.get("ACCELDEPLOY_TEST_MSMIRROR_PORT") or 8095)
+    )
+    work = tmp_path_factory.mktemp("weights")
+    make_model(work / "model")
+    make_blob(work / "blob")
+    model = olah_mirror.publish(work / "model", hf, MODEL)
+    blob = olah_mirror.publish(work / "blob", hf, BLOB)
+    olah_mirror.start(hf)
+    msmirror.start(ms)
+    return {"hf": hf, "ms": ms, "model_rev": model["revision"], "blob_rev": blob["revision"]}
+
+
+def remote(hostvars: dict[str, Any], command: str, timeout: float = 120) -> str:
+    result = ssh(hostvars, command, timeout=timeout)
+    assert result.returncode == 0, f"{command}: {result.stderr}"
+    return result.stdout
+
+
+def wipe(hosts: dict[str, dict[str, Any]]) -> None:
+    for hostvars in hosts.values():
+        remote(hostvars, f"rm -rf {ROOT}")
+
+
+def services(mirrors: dict[str, Any], *, source: str = "hf", blob: bool = True) -> list[dict]:
+    found = [
+        {
+            "name": "test-model",
+            "model": MODEL,
+            "source": source,
+            "revision": mirrors["model_rev"],
+            "allow_patterns": ["*.safetensors", "*.json", "sub/"],
+        }
+    ]
+    if blob:
+        found.append(
+            {"name": "test-blob", "model": BLOB, "source": source, "revision": mirrors["blob_rev"]}
+        )
+    return found
+
+
+def extra(mirrors: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    data = {
+        "acceldeploy_services": services(mirrors),
+        "model_weights_root": ROOT,
+        "model_weights_hf_endpoint": mirrors["hf"].endpoint,
+        "model_weights_modelscope_endpoint": mirrors["ms"].endpoint,
+        "model_weights_async_poll": 1,
+        "model_weights_progress_interval": 0.5,
+        "model_weights_seed_port": 8781,
+    }
+    data.update(overrides)
+    return data
+
+
+def converge(mirrors: dict[str, Any], **overrides: Any) -> tuple[PlaybookRun, dict[str, Any]]:
+    """Runs the playbook; returns the run and what the HF mirror served meanwhile."""
+    since = olah_mirror.served(mirrors["hf"])["lines"]
+    limit = overrides.pop("limit", None)
+    check = overrides.pop("check", False)
+    run = run_playbook(
+        PLAYBOOK, extra_vars=extra(mirrors, **overrides), limit=limit, check=check, diff=check
+    )
+    return run, olah_mirror.served(mirrors["hf"], since_line=since)
+
+
+def file_bytes(served: dict[str, Any], repo: str) -> int:
+    return sum(v["bytes"] for k, v in served["files"].items() if k.startswith(repo + "/"))
+
+
+def tree(hostvars: dict[str, Any], directory: str) -> dict[str, str]:
+    """{relative path: sha256} of every file of a published model but its (per host) manifest."""
+    out = remote(
+        hostvars,
+        f"cd {ROOT}/{directory} && find . -type f ! -name .acceldeploy-manifest.json -print0"
+        " | xargs -0 sha256sum",
+    )
+    return {line.split("  ", 1)[1][2:]: line.split()[0] for line in out.splitlines()}
+
+
+def failure_text(run: PlaybookRun) -> str:
+    return "\n".join(str(r.get("msg") or "") for _t, _h, r in run.iter_results() if r.get("failed"))
+
+
+def figures(name: str, **values: Any) -> None:
+    """Printed with -s: the numbers the README and the report quote."""
+    print(f"\n[model_weights] {name}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+
+
+def test_bad_input_fails_before_any_download(hosts, mirrors):
+    wipe(hosts)
+    since = olah_mirror.served(mirrors["hf"])["lines"]
+    unknown = services(mirrors, blob=False)
+    unknown[0]["source"] = "github"
+    unpinned = services(mirrors, blob=False)
+    del unpinned[0]["revision"]
+    cases = [
+        ({"acceldeploy_services": unknown}, "acceldeploy_services[0] (test-model).source"),
+        ({"acceldeploy_services": unpinned}, "model_weights_require_revision"),
+        ({"model_weights_strategy": "torrent"}, "model_weights_strategy"),
+        (
+            {"model_weights_strategy": "seed", "model_weights_seed_host": "nowhere"},
+            "model_weights_seed_host",
+        ),
+    ]
+    for overrides, needle in cases:
+        run = run_playbook(PLAYBOOK, extra_vars=extra(mirrors, **overrides))
+        assert not run.ok, f"{overrides} should fail"
+        assert needle in failure_text(run), failure_text(run)
+        assert all(run.changed(h) == 0 for h in hosts), run.stats
+    # Too little disk: fails at the plan, with the numbers, before any byte is downloaded.
+    run = run_playbook(
+        PLAYBOOK, extra_vars=extra(mirrors, model_weights_free_space_reserve_gib=10**6)
+    )
+    assert not run.ok
+    text = failure_text(run)
+    assert "not enough disk" in text and "GiB is free" in text and "GiB" in text, text
+    assert "model_weights_free_space_reserve_gib" in text
+    assert file_bytes(olah_mirror.served(mirrors["hf"], since_line=since), MODEL) == 0
+    assert file_bytes(olah_mirror.served(mirrors["hf"], since_line=since), BLOB) == 0
+    for hostvars in hosts.values():
+        assert remote(hostvars, f"ls {ROOT}/acceldeploy 2>/dev/null | wc -l").strip() == "0"
+
+
+def test_each_downloads_on_every_host(hosts, mirrors):
+    wipe(hosts)
+    started = time.monotonic()
+    run, served = converge(mirrors, model_weights_strategy="each")
+    seconds = time.monotonic() - started
+    assert run.ok, run.output
+    model_bytes, blob_bytes = file_bytes(served, MODEL), file_bytes(served, BLOB)
+    figures("each", seconds=round(seconds, 1), model_bytes=model_bytes, blob_bytes=blob_bytes)
+    assert blob_bytes == 2 * (BLOB_BYTES + 23)
+    assert model_bytes > 2 * 9 * MIB
+    for name in hosts:
+        assert run.changed(name) >= 1
+
+
+def test_second_run_changes_and_downloads_nothing(hosts, mirrors):
+    started = time.monotonic()
+    run, served = converge(mirrors, model_weights_strategy="each")
+    seconds = time.monotonic() - started
+    assert run.ok, run.output
+    assert all(run.changed(h) == 0 for h in hosts), run.stats
+    assert served["requests"] == 0, served  # pinned commits: not even a metadata call
+    plans = run.results("Plan | Models this host downloads from the hub")
+    for name, result in plans.items():
+        for plan in result["plans"]:
+            assert plan["action"] == "none", (name, plan)
+            assert plan["rehashed_bytes"] == 0, (name, plan)
+    figures("second run", seconds=round(seconds, 1), bytes=served["bytes"])
+    check = run_playbook(PLAYBOOK, extra_vars=extra(mirrors), check=True, diff=True)
+    assert check.ok, check.output
+    assert all(check.changed(h) == 0 for h in hosts), check.stats
+
+
+def test_seed_downloads_once_and_fans_out(hosts, mirrors):
+    wipe(hosts)
+    started = time.monotonic()
+    run, served = converge(mirrors, model_weights_strategy="seed")
+    seconds = time.monotonic() - started
+    assert run.ok, run.output
+    model_bytes, blob_bytes = file_bytes(served, MODEL), file_bytes(served, BLOB)
+    figures("seed", seconds=round(seconds, 1), model_bytes=model_bytes, blob_bytes=blob_bytes)
+    assert blob_bytes == BLOB_BYTES + 23
+    first, second = hosts.values()
+    for directory in (f"{MODEL}@{mirrors['model_rev']}", f"{BLOB}@{mirrors['blob_rev']}"):
+        assert tree(first, directory) == tree(second, directory)
+    model_files = tree(first, f"{MODEL}@{mirrors['model_rev']}")
+    assert "sub/extra[1].json" in model_files and "README.md" not in model_files
+    again, served = converge(mirrors, model_weights_strategy="seed")
+    assert again.ok and all(again.changed(h) == 0 for h in hosts), again.stats
+    assert served["bytes"] == 0
+
+
+def test_flipped_byte_is_found_and_repaired(hosts, mirrors):
+    (first_name, first), (second_name, second) = hosts.items()
+    directory = f"{ROOT}/{MODEL}@{mirrors['model_rev']}"
+    shard = f"{directory}/model-00001-of-00002.safetensors"
+    good = tree(first, f"{MODEL}@{mirrors['model_rev']}")
+    flip = f"printf '\\x00' | dd of={shard} bs=1 seek=4096 conv=notrunc status=none"
+    remote(first, flip)  # mtime moves: the fast check re-hashes this file
+    remote(second, f"touch -r {shard} /tmp/mtime && {flip} && touch -r /tmp/mtime {shard}")
+    run, served = converge(mirrors, model_weights_strategy="each")
+    assert run.ok, run.output
+    assert run.changed(first_name) >= 1 and run.changed(second_name) == 0, run.stats
+    assert tree(first, f"{MODEL}@{mirrors['model_rev']}") == good
+    assert tree(second, f"{MODEL}@{mirrors['model_rev']}") != good  # same size and mtime
+    assert file_bytes(served, MODEL) == 6 * MIB  # only the bad shard came again
+    run, served = converge(mirrors, model_weights_strategy="each", model_weights_verify="full")
+    assert run.ok, run.output
+    assert run.changed(second_name) >= 1 and run.changed(first_name) == 0, run.stats
+    assert tree(second, f"{MODEL}@{mirrors['model_rev']}") == good
+    figures("repair", refetched_bytes=file_bytes(served, MODEL))
+
+
+def _kill_midway(hosts, mirrors, source: str, proxy_port: int) -> tuple[PlaybookRun, int]:
+    name, hostvars = next(iter(hosts.items()))
+    progress = f"{ROOT}/.acceldeploy/progress/{BLOB}@{mirrors['blob_rev']}.json"
+    endpoints = {
+        "model_weights_hf_endpoint": f"http://127.0.0.1:{proxy_port}",
+        "model_weights_modelscope_endpoint": f"http://127.0.0.1:{proxy_port}",
+    }
+    box: dict[str, PlaybookRun] = {}
+    blob_only = [s for s in services(mirrors, source=source) if s["model"] == BLOB]
+    thread = threading.Thread(
+        target=lambda: box.setdefault(
+            "run",
+            run_playbook(
+                PLAYBOOK,
+                extra_vars=extra(mirrors, acceldeploy_services=blob_only, **endpoints),
+                limit=name,
+            ),
+        )
+    )
+    thread.start()
+    killed_at = 0
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and thread.is_alive():
+        result = ssh(hostvars, f"cat {progress} 2>/dev/null")
+        if result.returncode == 0 and result.stdout.strip():
+            state = json.loads(result.stdout)
+            if state["state"] == "running" and state["bytes_present"] > BLOB_BYTES // 4:
+                killed_at = state["bytes_present"]
+                remote(hostvars, f"kill -9 {state['pid']}")
+                break
+        time.sleep(0.3)
+    thread.join(timeout=300)
+    assert killed_at, "the download finished before it could be killed"
+    return box["run"], killed_at
+
+
+@pytest.mark.parametrize("source", ["modelscope", "hf"])
+def test_killed_download_resumes(hosts, mirrors, source):
+    wipe(hosts)
+    name, hostvars = next(iter(hosts.items()))
+    target = mirrors["ms" if source == "modelscope" else "hf"]
+    proxy = Throttle(target.port, rate=16 * MIB)
+    try:
+        counter = msmirror.served if source == "modelscope" else olah_mirror.served
+        since = counter(target)["lines"]
+        killed, killed_at = _kill_midway(hosts, mirrors, source, proxy.port)
+        assert not killed.ok, "the killed run should fail"
+        first = counter(target, since_line=since)
+        since = first["lines"]
+        blob_only = [s for s in services(mirrors, source=source) if s["model"] == BLOB]
+        run = run_playbook(
+            PLAYBOOK, extra_vars=extra(mirrors, acceldeploy_services=blob_only), limit=name
+        )
+        assert run.ok, run.output
+        second = counter(target, since_line=since)
+    finally:
+        proxy.close()
+    (result,) = run.results("Download | From the hub").values()
+    (converged,) = result["results"]
+    if source == "hf":
+        # The killed run's partial was picked up and completed with the client's http_get.
+        assert converged["resumed"] == ["blob.bin"], converged
+    else:
+        # modelscope's own snapshot_download resumed its <file>.incomplete with a Range request.
+        assert converged["client_files"] == ["blob.bin"], converged
+    blob_file = [v for k, v in second["files"].items() if k.endswith("blob.bin")]
+    again = sum(v["bytes"] for v in blob_file)
+    figures(f"resume {source}", killed_at=killed_at, rerun_blob_bytes=again)
+    if source == "modelscope":
+        # msmirror honours Range: the rerun fetched only what the killed run had not.
+        assert again <= BLOB_BYTES - killed_at + 8 * MIB, (again, killed_at)
+    else:
+        # olah 0.5.4 ignores Range on its local mirrors (200, whole file): the client restarts.
+        assert again <= BLOB_BYTES + 23
+    out = remote(
+        hostvars,
+        f"/opt/acceldeploy/fetch-venv/bin/python /opt/acceldeploy/fetch-venv/acceldeploy/"
+        f"acceldeploy_weights.py check --full --root {ROOT} {BLOB}@{mirrors['blob_rev']}",
+    )
+    assert json.loads(out)["ok"], out
+    assert (
+        remote(hostvars, f"sha256sum {ROOT}/{BLOB}@{mirrors['blob_rev']}/blob.bin").split()[0]
+        == __import__("hashlib").sha256(_bytes(3, BLOB_BYTES)).hexdigest()
+    )
