@@ -1,0 +1,101 @@
+"""verify's judges on recorded facts, and its report formats against the committed schema."""
+
+import json
+from pathlib import Path
+
+import jsonschema
+
+from acceldeploy.verify import api, hoststate, report
+from acceldeploy.verify.model import Check
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "schemas/verify-report.schema.json").read_text())
+DROPIN = (
+    'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT '
+    'cpufreq.default_governor=performance intel_idle.max_cstate=0"\n'
+)
+
+
+def facts(**over):
+    base = {
+        "cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/sda1 quiet",
+        "virt": "none",
+        "grub_dropin": DROPIN,
+        "sysctl_files": {"/etc/sysctl.d/90-acceldeploy.conf": "kernel.numa_balancing = 0\n"},
+        "sysctl_live": {"kernel.numa_balancing": "1"},
+        "governors": ["performance"],
+    }
+    return {**base, **over}
+
+
+def by_name(checks):
+    return {c.name: c for c in checks}
+
+
+def test_missing_kernel_args_fail_on_a_real_host_and_warn_in_a_container():
+    real = by_name(hoststate.judge_host("h1", facts()))
+    assert real["kernel_args"].status == "fail"
+    assert "intel_idle.max_cstate=0" in real["kernel_args"].detail
+    assert "reboot" in real["kernel_args"].fix
+    assert real["sysctls"].status == "fail"
+    boxed = by_name(hoststate.judge_host("h1", facts(virt="systemd-nspawn")))
+    assert boxed["kernel_args"].status == "warn" and boxed["sysctls"].status == "warn"
+
+
+def test_tuned_host_passes():
+    good = facts(
+        cmdline="root=/dev/sda1 cpufreq.default_governor=performance intel_idle.max_cstate=0",
+        sysctl_live={"kernel.numa_balancing": "0"},
+    )
+    assert {c.status for c in hoststate.judge_host("h1", good)} == {"pass"}
+
+
+def test_untuned_host_is_skipped_with_the_fix():
+    checks = by_name(hoststate.judge_host("h1", facts(grub_dropin=None, sysctl_files={})))
+    assert checks["kernel_args"].status == "skip"
+    assert checks["kernel_args"].fix == "run playbooks/host.yml"
+
+
+def test_stopped_unit_fails_with_the_last_journal_error():
+    props = {
+        "LoadState": "loaded",
+        "ActiveState": "failed",
+        "Result": "exit-code",
+        "UnitFileState": "enabled",
+        "NRestarts": "3",
+        "journal_errors": ["ValueError: To serve at least one request ..."],
+    }
+    checks = by_name(hoststate.judge_unit("lab2", "qwen3-vl", props))
+    assert checks["unit"].status == "fail"
+    assert "ValueError" in checks["unit"].detail
+    assert checks["unit"].service == "qwen3-vl"
+    assert checks["restarts"].status == "warn"
+
+
+def test_missing_unit():
+    (check,) = hoststate.judge_unit("lab2", "qwen3-vl", {"LoadState": "not-found"})
+    assert check.status == "fail" and "not installed" in check.detail
+
+
+def test_collect_script_is_valid_python():
+    script, args = hoststate.collect_script(["qwen3-vl"])
+    compile(script, "collect", "exec")
+    assert json.loads(args[0]) == ["qwen3-vl"]
+
+
+def test_generated_images_differ_and_are_png():
+    a, b = api.png(32, 16, seed=1), api.png(32, 16, seed=2)
+    assert a.startswith(b"\x89PNG\r\n\x1a\n") and a != b
+
+
+def test_json_report_validates_and_junit_counts_failures():
+    checks = [
+        Check("lab1", "ssh", "pass", "root@127.0.0.1:2201"),
+        Check("lab2", "unit", "fail", "inactive (dead)", "systemctl start qwen3-vl", "qwen3-vl"),
+        Check("lab2", "governor", "skip", "no cpufreq"),
+    ]
+    data = report.to_json(checks, "inventory/lab")
+    jsonschema.validate(data, SCHEMA)
+    assert data["passed"] is False and data["summary"]["fail"] == 1
+    junit = report.to_junit(checks)
+    assert 'name="lab2"' in junit and 'failures="1"' in junit

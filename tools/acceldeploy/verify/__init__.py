@@ -1,0 +1,1 @@
+"""Post-deploy checks for a fleet: host state over SSH, each service's API, a memory probe."""

@@ -1,0 +1,201 @@
+"""API checks of one service, through a base URL (an SSH tunnel to the host's loopback)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+import time
+import urllib.error
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from acceldeploy.verify.model import Check
+
+KV_USAGE = re.compile(r"^vllm:(?:kv|gpu)_cache_usage_perc\{[^}]*\}\s+([0-9.eE+-]+)$", re.M)
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    service: str
+    base: str
+    expect_version: str
+    multimodal: bool
+    dev_mode: bool
+    api_key: str | None
+    timeout: float = 60.0
+
+
+def png(width: int, height: int, seed: int = 0) -> bytes:
+    """An RGB gradient PNG made locally; `seed` shifts the colours so images differ."""
+    rows = b"".join(
+        b"\x00"
+        + b"".join(
+            bytes(((x * 255 // width + seed) % 256, (y * 255 // height + 3 * seed) % 256, 128))
+            for x in range(width)
+        )
+        for y in range(height)
+    )
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def image_data_url(seed: int = 0, size: tuple[int, int] = (128, 96)) -> str:
+    return "data:image/png;base64," + base64.b64encode(png(*size, seed=seed)).decode()
+
+
+def request(
+    target: Target,
+    path: str,
+    body: dict[str, Any] | None = None,
+    key: str | None = "default",
+    method: str | None = None,
+) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json"}
+    token = target.api_key if key == "default" else key
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(target.base + path, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=target.timeout) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def chat_body(target: Target, content: Any) -> dict[str, Any]:
+    return {
+        "model": target.service,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 16,
+        "temperature": 0,
+    }
+
+
+def image_content(seed: int = 0) -> list[dict[str, Any]]:
+    return [
+        {"type": "image_url", "image_url": {"url": image_data_url(seed)}},
+        {"type": "text", "text": "What is in this picture?"},
+    ]
+
+
+def _check(target: Target, name: str, ok: bool, detail: str, fix: str = "") -> Check:
+    return Check(
+        target.host, name, "pass" if ok else "fail", detail, "" if ok else fix, target.service
+    )
+
+
+def _safe(target: Target, name: str, fix: str, probe: Any) -> Check:
+    try:
+        result: Check = probe()
+        return result
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        return _check(target, name, False, f"{type(exc).__name__}: {exc}", fix)
+
+
+def check_api(target: Target) -> list[Check]:
+    logs = f"journalctl -u {target.service}"
+
+    def health() -> Check:
+        status, raw = request(target, "/health")
+        return _check(target, "health", status == 200, f"HTTP {status} {raw[:80]!r}", logs)
+
+    checks = [_safe(target, "health", logs, health)]
+    if checks[0].status == "fail":
+        return checks
+
+    def models() -> Check:
+        status, raw = request(target, "/v1/models")
+        names = [m["id"] for m in json.loads(raw)["data"]] if status == 200 else []
+        fix = (
+            "the api_key in the inventory does not match the service's VLLM_API_KEY"
+            if status == 401
+            else f"--served-model-name {target.service}"
+        )
+        return _check(
+            target, "models", target.service in names, f"HTTP {status}, serves {names}", fix
+        )
+
+    def version() -> Check:
+        status, raw = request(target, "/version")
+        found = json.loads(raw).get("version", "") if status == 200 else ""
+        ok = found.split("+")[0] == target.expect_version
+        return _check(
+            target,
+            "version",
+            ok,
+            f"vLLM {found or status}, pinned {target.expect_version}",
+            "re-run playbooks/runtime.yml",
+        )
+
+    def chat(name: str, content: Any) -> Check:
+        started = time.monotonic()
+        status, raw = request(target, "/v1/chat/completions", chat_body(target, content))
+        if status != 200:
+            return _check(target, name, False, f"HTTP {status}: {raw[:300]!r}", logs)
+        answer = json.loads(raw)
+        text = answer["choices"][0]["message"]["content"] or ""
+        usage = answer.get("usage", {})
+        took = time.monotonic() - started
+        return _check(
+            target,
+            name,
+            usage.get("completion_tokens", 0) > 0,
+            f"{usage.get('prompt_tokens')} prompt / {usage.get('completion_tokens')} "
+            f"completion tokens in {took:.2f}s: {text[:60]!r}",
+            logs,
+        )
+
+    def metrics() -> Check:
+        status, raw = request(target, "/metrics")
+        usage = KV_USAGE.findall(raw.decode(errors="replace")) if status == 200 else []
+        detail = f"KV cache usage {float(usage[0]):.1%}" if usage else f"HTTP {status}"
+        return _check(target, "metrics", status == 200 and bool(usage), detail, logs)
+
+    checks.append(_safe(target, "models", logs, models))
+    checks.append(_safe(target, "version", logs, version))
+    checks.append(_safe(target, "chat_text", logs, lambda: chat("chat_text", "Say hello.")))
+    if target.multimodal:
+        checks.append(
+            _safe(target, "chat_image", logs, lambda: chat("chat_image", image_content()))
+        )
+    checks.append(_safe(target, "metrics", logs, metrics))
+    if target.dev_mode:
+        for path in ("/server_info", "/reset_prefix_cache", "/reset_mm_cache"):
+            method = "GET" if path == "/server_info" else "POST"
+
+            def dev(path: str = path, method: str = method) -> Check:
+                status, _ = request(target, path, method=method)
+                return _check(target, path.strip("/"), status == 200, f"HTTP {status}", logs)
+
+            checks.append(_safe(target, path.strip("/"), logs, dev))
+    if target.api_key:
+
+        def enforced() -> Check:
+            status, _ = request(target, "/v1/models", key=None)
+            return _check(
+                target,
+                "api_key",
+                status == 401,
+                f"request without a key got HTTP {status} (401 expected)",
+                "set the service's api_key; vLLM reads VLLM_API_KEY",
+            )
+
+        checks.append(_safe(target, "api_key", logs, enforced))
+    return checks
