@@ -4,7 +4,6 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 CACHE ?= /var/cache/acceldeploy
 LAB_HOSTS ?= 2
-WHEELS_IN_HOST := /srv/acceldeploy/wheels
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ACCELDEPLOY_CACHE := $(CACHE)
@@ -35,17 +34,18 @@ host-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	     debootstrap systemd-container >/dev/null)
 
-# The lab: wheel cache, tiny model and mirror prepared once into $(CACHE), then the hosts,
-# with the wheel cache bound read-only into each (no per-host download).
+# The lab: wheel cache, tiny model and mirror prepared once into $(CACHE); the mirror and the
+# wheel server (pip find-links for the hosts) started; then the hosts.
 lab: venv host-deps
 	$(BIN)/python tools/lab.py prepare > /dev/null
 	$(BIN)/python tools/lab.py mirror start > /dev/null
-	$(BIN)/python tools/lab.py up --hosts $(LAB_HOSTS) \
-	  --bind-ro $(CACHE)/wheels:$(WHEELS_IN_HOST)
+	$(BIN)/python tools/lab.py wheels start > /dev/null
+	$(BIN)/python tools/lab.py up --hosts $(LAB_HOSTS)
 
 lab-down: venv
 	-$(BIN)/python tools/lab.py down
 	-$(BIN)/python tools/lab.py mirror stop > /dev/null
+	-$(BIN)/python tools/lab.py wheels stop > /dev/null
 
 test-lab: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -m lab tests/lab

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from acceldeploy.lab import hosts, mirror, stack, wheelhouse
+from acceldeploy.lab import hosts, mirror, stack, wheelhouse, wheelserver
 from acceldeploy.lab.prereq import MIN_FREE_GB, PrereqError
 from acceldeploy.lab.rootfs import RootfsError
 
@@ -73,6 +73,11 @@ def parser() -> argparse.ArgumentParser:
     mirror_cmd = sub.add_parser("mirror", help="the local HF mirror (olah) on 127.0.0.1:PORT")
     mirror_cmd.add_argument("action", choices=("start", "stop", "status", "served"))
     mirror_cmd.add_argument("--port", type=int, default=mirror.DEFAULT_PORT)
+    wheels_cmd = sub.add_parser(
+        "wheels", help="serve the wheel cache as pip find-links on 127.0.0.1:PORT/<host>/"
+    )
+    wheels_cmd.add_argument("action", choices=("start", "stop", "status", "served"))
+    wheels_cmd.add_argument("--port", type=int, default=wheelserver.DEFAULT_PORT)
     ssh = sub.add_parser("ssh", help="ssh into a host as root: ssh lab1 [CMD...]")
     ssh.add_argument("host")
     ssh.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -89,6 +94,17 @@ def _mirror(action: str, port: int) -> object:
         pid = mirror.running_pid(lab_mirror)
         return {"pid": pid, "endpoint": lab_mirror.endpoint}
     return mirror.served(lab_mirror)
+
+
+def _wheels(action: str, port: int) -> object:
+    server = wheelserver.default_server(port)
+    if action == "start":
+        return wheelserver.start(server)
+    if action == "stop":
+        return {"stopped": wheelserver.stop(server)}
+    if action == "status":
+        return {"pid": wheelserver.running_pid(server), "url": server.url}
+    return wheelserver.served(server)
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
@@ -118,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(stack.prepare(), indent=2, default=str))
         elif args.command == "mirror":
             print(json.dumps(_mirror(args.action, args.port), indent=2))
+        elif args.command == "wheels":
+            print(json.dumps(_wheels(args.action, args.port), indent=2))
         elif args.command == "ssh":
             argv_ssh = hosts.ssh_command(paths, args.host, args.cmd)
             sys.stdout.flush()
@@ -126,7 +144,13 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(problem.line(), file=sys.stderr)
         return 2
-    except (hosts.LabError, RootfsError, mirror.MirrorError, wheelhouse.WheelhouseError) as exc:
+    except (
+        hosts.LabError,
+        RootfsError,
+        mirror.MirrorError,
+        wheelhouse.WheelhouseError,
+        wheelserver.WheelServerError,
+    ) as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

