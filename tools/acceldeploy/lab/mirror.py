@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +31,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from acceldeploy.lab import daemon
 
 OLAH_REQUIREMENT = "olah==0.5.4"
 DEFAULT_HOST = "127.0.0.1"
@@ -46,7 +47,6 @@ COMMIT_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "lab@acceldeploy.invalid",
     "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000",
 }
-TOOLS_DIR = Path(__file__).resolve().parents[2]
 REPO_TYPES = ("models", "datasets", "spaces")
 
 
@@ -219,32 +219,12 @@ def ensure_olahenv(cache: Path | None = None, python: str = sys.executable) -> P
     return vpython
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _is_our_server(pid: int, mirror: Mirror) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return str(mirror.config_path).encode() in cmdline
+def _daemon(mirror: Mirror) -> daemon.Daemon:
+    return daemon.Daemon("olah", mirror.pid_file, mirror.log_file, str(mirror.config_path))
 
 
 def running_pid(mirror: Mirror) -> int | None:
-    try:
-        pid = int(mirror.pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if _pid_alive(pid) and _is_our_server(pid, mirror):
-        return pid
-    return None
+    return daemon.running_pid(_daemon(mirror))
 
 
 READY_PROBE_REPO = "acceldeploy/ready-probe"
@@ -276,7 +256,6 @@ def start(mirror: Mirror, olah_python: Path | None = None, timeout: float = 60.0
     write_config(mirror)
     mirror.mirrors_path.mkdir(parents=True, exist_ok=True)
     mirror.repos_path.mkdir(parents=True, exist_ok=True)
-    mirror.log_file.parent.mkdir(parents=True, exist_ok=True)
     argv = [
         str(python),
         "-m",
@@ -287,58 +266,15 @@ def start(mirror: Mirror, olah_python: Path | None = None, timeout: float = 60.0
         "--request-log",
         str(mirror.request_log),
     ]
-    env = dict(os.environ, PYTHONPATH=str(TOOLS_DIR), PYTHONUNBUFFERED="1")
-    with mirror.log_file.open("ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=mirror.root,
-            env=env,
-            start_new_session=True,
-        )
-    mirror.pid_file.write_text(f"{proc.pid}\n")
-    started = time.monotonic()
-    deadline = started + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise MirrorError(
-                f"olah exited {proc.returncode} at start-up; see {mirror.log_file}:\n"
-                + _tail(mirror.log_file)
-            )
-        if is_ready(mirror):
-            return {
-                "pid": proc.pid,
-                "started": True,
-                "endpoint": mirror.endpoint,
-                "seconds": round(time.monotonic() - started, 2),
-            }
-        time.sleep(0.2)
-    stop(mirror)
-    raise MirrorError(f"olah did not answer on {mirror.endpoint} within {timeout:.0f}s")
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    result = daemon.start(
+        _daemon(mirror), argv, lambda: is_ready(mirror), MirrorError, timeout, cwd=mirror.root
+    )
+    return {**result, "endpoint": mirror.endpoint}
 
 
 def stop(mirror: Mirror, timeout: float = 10.0) -> bool:
     """Stops the olah started for this mirror (by its pid file); True if one was running."""
-    pid = running_pid(mirror)
-    mirror.pid_file.unlink(missing_ok=True)
-    if pid is None:
-        return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _pid_alive(pid):
-        time.sleep(0.1)
-    if _pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
-    return True
+    return daemon.stop(_daemon(mirror), timeout)
 
 
 _RESOLVE = re.compile(r"^/(?:(datasets|spaces)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")

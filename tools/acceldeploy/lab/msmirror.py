@@ -30,7 +30,6 @@ import argparse
 import hashlib
 import http.server
 import json
-import os
 import re
 import signal
 import socket
@@ -45,12 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceldeploy.lab import daemon
 from acceldeploy.lab.mirror import BRANCH, MirrorError, cache_dir
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8095
 DEFAULT_BRANCH_ALIAS = "master"
-TOOLS_DIR = Path(__file__).resolve().parents[2]
 _REPO = r"(?P<owner>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)"
 _ROUTES = {
     "info": re.compile(rf"^/api/v1/models/{_REPO}$"),
@@ -337,29 +336,12 @@ def serve(mirror: MsMirror) -> None:
     server.serve_forever()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _daemon(mirror: MsMirror) -> daemon.Daemon:
+    return daemon.Daemon("msmirror", mirror.pid_file, mirror.log_file, str(mirror.root))
 
 
 def running_pid(mirror: MsMirror) -> int | None:
-    try:
-        pid = int(mirror.pid_file.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return None
-    if (
-        _pid_alive(pid)
-        and b"acceldeploy.lab.msmirror" in cmdline
-        and str(mirror.root).encode() in cmdline
-    ):
-        return pid
-    return None
+    return daemon.running_pid(_daemon(mirror))
 
 
 def is_ready(mirror: MsMirror, timeout: float = 2.0) -> bool:
@@ -371,10 +353,6 @@ def is_ready(mirror: MsMirror, timeout: float = 2.0) -> bool:
 
 
 def start(mirror: MsMirror, timeout: float = 30.0) -> dict[str, Any]:
-    pid = running_pid(mirror)
-    if pid is not None:
-        return {"pid": pid, "started": False, "endpoint": mirror.endpoint}
-    mirror.log_file.parent.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable,
         "-m",
@@ -387,41 +365,14 @@ def start(mirror: MsMirror, timeout: float = 30.0) -> dict[str, Any]:
         "--port",
         str(mirror.port),
     ]
-    env = dict(os.environ, PYTHONPATH=str(TOOLS_DIR), PYTHONUNBUFFERED="1")
-    with mirror.log_file.open("ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=mirror.root,
-            env=env,
-            start_new_session=True,
-        )
-    mirror.pid_file.write_text(f"{proc.pid}\n")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise MirrorError(f"msmirror exited {proc.returncode}; see {mirror.log_file}")
-        if is_ready(mirror):
-            return {"pid": proc.pid, "started": True, "endpoint": mirror.endpoint}
-        time.sleep(0.1)
-    stop(mirror)
-    raise MirrorError(f"msmirror did not answer on {mirror.endpoint} within {timeout:.0f}s")
+    result = daemon.start(
+        _daemon(mirror), argv, lambda: is_ready(mirror), MirrorError, timeout, cwd=mirror.root
+    )
+    return {**result, "endpoint": mirror.endpoint}
 
 
 def stop(mirror: MsMirror, timeout: float = 10.0) -> bool:
-    pid = running_pid(mirror)
-    mirror.pid_file.unlink(missing_ok=True)
-    if pid is None:
-        return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _pid_alive(pid):
-        time.sleep(0.1)
-    if _pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
-    return True
+    return daemon.stop(_daemon(mirror), timeout)
 
 
 def served(mirror: MsMirror, since_line: int = 0) -> dict[str, Any]:

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -33,10 +32,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from acceldeploy.lab import daemon
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8091
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
-TOOLS_DIR = Path(__file__).resolve().parents[2]
 SUFFIXES = (".whl", ".tar.gz", ".zip")
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NO_TAG = "-"
@@ -214,28 +214,12 @@ def serve(directory: Path, host: str, port: int, request_log: Path) -> None:
         httpd.server_close()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _daemon(server: WheelServer) -> daemon.Daemon:
+    return daemon.Daemon("wheelserver", server.pid_file, server.log_file, str(server.request_log))
 
 
 def running_pid(server: WheelServer) -> int | None:
-    try:
-        pid = int(server.pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    if _pid_alive(pid) and str(server.request_log).encode() in cmdline:
-        return pid
-    return None
+    return daemon.running_pid(_daemon(server))
 
 
 def is_ready(server: WheelServer, timeout: float = 2.0) -> bool:
@@ -248,12 +232,10 @@ def is_ready(server: WheelServer, timeout: float = 2.0) -> bool:
 
 def start(server: WheelServer, timeout: float = 30.0) -> dict[str, Any]:
     """Starts the server detached unless it already runs; waits until it answers."""
-    pid = running_pid(server)
-    if pid is not None:
-        return {"pid": pid, "started": False, "url": server.url}
-    if not server.directory.is_dir() or not listing(server.directory):
+    if running_pid(server) is None and (
+        not server.directory.is_dir() or not listing(server.directory)
+    ):
         raise WheelServerError(f"{server.directory} holds no wheels to serve")
-    server.log_file.parent.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable,
         "-m",
@@ -268,42 +250,15 @@ def start(server: WheelServer, timeout: float = 30.0) -> dict[str, Any]:
         "--request-log",
         str(server.request_log),
     ]
-    env = dict(os.environ, PYTHONPATH=str(TOOLS_DIR), PYTHONUNBUFFERED="1")
-    with server.log_file.open("ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    server.pid_file.write_text(f"{proc.pid}\n")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = server.log_file.read_text(errors="replace")[-2000:]
-            raise WheelServerError(f"wheelserver exited {proc.returncode} at start-up:\n{tail}")
-        if is_ready(server):
-            return {"pid": proc.pid, "started": True, "url": server.url}
-        time.sleep(0.1)
-    stop(server)
-    raise WheelServerError(f"wheelserver did not answer on {server.url} within {timeout:.0f}s")
+    result = daemon.start(
+        _daemon(server), argv, lambda: is_ready(server), WheelServerError, timeout
+    )
+    return {**result, "url": server.url}
 
 
 def stop(server: WheelServer, timeout: float = 10.0) -> bool:
     """Stops the server of this pid file; True if one was running."""
-    pid = running_pid(server)
-    server.pid_file.unlink(missing_ok=True)
-    if pid is None:
-        return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _pid_alive(pid):
-        time.sleep(0.1)
-    if _pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
-    return True
+    return daemon.stop(_daemon(server), timeout)
 
 
 def log_lines(server: WheelServer) -> int:
