@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ACCELDEPLOY_CACHE := $(CACHE)
 
-.PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo clean
+.PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo endpoints clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -54,6 +54,14 @@ test-lab: lab
 # Everything; the lab is torn down whatever the result.
 test: lint test-unit
 	$(MAKE) test-lab; rc=$$?; $(MAKE) lab-down; exit $$rc
+
+# The main job on the lab: the whole site.yml (ends with tools/verify.py), then how to call it.
+demo: lab
+	$(BIN)/ansible-playbook site.yml -i inventory/lab
+	@$(MAKE) --no-print-directory endpoints
+
+endpoints: venv
+	@PYTHONPATH=tools $(BIN)/python -m acceldeploy.lab.endpoints inventory/lab/hosts.yml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
