@@ -25,13 +25,18 @@ def lab(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 
 
 def nspawn_processes() -> list[str]:
+    """This lab's nspawn processes (another lab on the machine has another prefix)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except (FileNotFoundError, NotADirectoryError, PermissionError, ProcessLookupError):
             continue
-        if cmdline and cmdline[0].endswith(b"systemd-nspawn"):
+        if (
+            cmdline
+            and cmdline[0].endswith(b"systemd-nspawn")
+            and any(arg.startswith(b"--machine=acceldeploy-lab") for arg in cmdline)
+        ):
             found.append(b" ".join(cmdline).decode(errors="replace"))
     return found
 

@@ -148,6 +148,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     from acceldeploy.inventory import host_vars
 
+    if args.unit:
+        return _print_units(host_vars(args.inventory, args.host), args.service)
     launches = render_host(host_vars(args.inventory, args.host))
     if args.service:
         launches = [x for x in launches if x.name == args.service]
@@ -163,6 +165,19 @@ def cmd_render(args: argparse.Namespace) -> int:
         for key in x.secret_env:
             print(f"{key}=<secret, from the service's 0600 EnvironmentFile>")
         print(x.command_line())
+    return 0
+
+
+def _print_units(hostvars: dict[str, Any], service: str | None) -> int:
+    from acceldeploy.unit import build_host, render_files
+
+    units = [u for u in build_host(hostvars) if service in (None, u.name)]
+    if service and not units:
+        raise AcceldeployError(f"no service {service} on this host")
+    for unit in units:
+        for path, text in render_files(unit).items():
+            print(f"# ==> {path} <==")
+            print(text, end="")
     return 0
 
 
@@ -230,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--host", required=True)
     render.add_argument("--service")
     render.add_argument("--json", action="store_true")
+    render.add_argument(
+        "--unit", action="store_true", help="print the systemd unit and launcher instead"
+    )
     render.set_defaults(func=cmd_render)
 
     cat = sub.add_parser("catalog", help="list the model catalog")

@@ -105,6 +105,17 @@ def resolve_max_model_len(
             )
         return length
     assert isinstance(service.max_model_len, int)
+    if (
+        arch.max_position_embeddings
+        and service.max_model_len > arch.max_position_embeddings
+        and service.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != "1"
+    ):
+        # vLLM refuses it at start-up (ModelConfig: "greater than the derived max_model_len").
+        raise AcceldeployError(
+            f"service {service.name}: max_model_len {service.max_model_len} exceeds the model's "
+            f"max_position_embeddings {arch.max_position_embeddings}; set max_model_len to "
+            f"{arch.max_position_embeddings} or less (or auto)"
+        )
     needed = layout.needed_bytes(service.max_model_len)
     if needed > available:
         estimate = layout.estimate_max_model_len(available, service.max_model_len)

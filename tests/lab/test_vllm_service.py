@@ -1,0 +1,212 @@
+"""roles/vllm_service on the lab hosts (playbooks/serve.yml), with real vLLM 0.12.0 (CPU):
+converge -> served on every host; a second run changes nothing and restarts nothing; a killed
+vLLM comes back; a rollout where the last host gets a flag that fails at start-up stops there
+(earlier hosts keep serving, the crash loop stops at the start limit, the last good unit stays
+recorded) and a re-run completes; bad inputs fail before any host changes.
+
+Needs the lab with the vLLM venv (python_env) and the tiny model (model_weights) on the hosts;
+ACCELDEPLOY_TEST_INVENTORY picks another lab instance.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ansible_run import inventory_hosts, lab_inventory, run_playbook, ssh
+
+from acceldeploy.inventory import host_vars
+from acceldeploy.render import render_host
+
+pytestmark = pytest.mark.lab
+
+PLAYBOOK = "playbooks/serve.yml"
+NAME = "qwen3-vl"
+LAST_GOOD = "/var/lib/acceldeploy/vllm-last-good"
+
+
+@pytest.fixture(scope="module")
+def inventory() -> Path:
+    path = lab_inventory()
+    if not path.exists():
+        pytest.fail(f"{path} missing: bring the lab up with `make lab`")
+    return path
+
+
+@pytest.fixture(scope="module")
+def hosts(inventory: Path) -> dict[str, dict[str, Any]]:
+    found = inventory_hosts(inventory)
+    assert len(found) >= 2, "the rollout tests need two lab hosts"
+    return found
+
+
+def on(hostvars: dict[str, Any], command: str, timeout: float = 60) -> str:
+    proc = ssh(hostvars, command, timeout=timeout)
+    assert proc.returncode == 0, f"{command}: {proc.stdout[-1500:]} {proc.stderr[-1500:]}"
+    return proc.stdout.strip()
+
+
+def port_of(inventory: Path, host: str) -> int:
+    (launch,) = render_host(host_vars(str(inventory), host))
+    return launch.port
+
+
+def show(hostvars: dict[str, Any], prop: str) -> str:
+    return on(hostvars, f"systemctl show -p {prop} --value {NAME}.service")
+
+
+def serving(hostvars: dict[str, Any], port: int) -> bool:
+    proc = ssh(hostvars, f"curl -sf http://127.0.0.1:{port}/v1/models", timeout=30)
+    return proc.returncode == 0 and json.loads(proc.stdout)["data"][0]["id"] == NAME
+
+
+def wait_for(predicate: Any, timeout: float, step: float = 3) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False
+
+
+def overlay(inventory: Path, tmp: Path, per_host: dict[str, dict[str, Any]]) -> Path:
+    """A copy of the inventory with host_vars/<host>.yml added (per-host overrides)."""
+    shutil.copy(inventory, tmp / inventory.name)
+    if (inventory.parent / "group_vars").is_dir():
+        shutil.copytree(inventory.parent / "group_vars", tmp / "group_vars")
+    (tmp / "host_vars").mkdir()
+    for host, values in per_host.items():
+        (tmp / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
+    return tmp / inventory.name
+
+
+def service_spec(inventory: Path, host: str, **changes: Any) -> list[dict[str, Any]]:
+    (spec,) = host_vars(str(inventory), host)["acceldeploy_services"]
+    for key, value in changes.items():
+        spec[key] = {**spec.get(key, {}), **value} if isinstance(value, dict) else value
+    return [spec]
+
+
+@pytest.fixture(scope="module")
+def converged(inventory: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    run = run_playbook(PLAYBOOK, inventory, timeout=1500)
+    assert run.ok, run.output
+    return {"run": run, "pids": {h: show(v, "MainPID") for h, v in hosts.items()}}
+
+
+def test_converge_serves_on_every_host(converged, inventory, hosts):
+    print(f"converge: {converged['run'].duration:.0f}s")
+    for host, hostvars in hosts.items():
+        assert show(hostvars, "ActiveState") == "active"
+        assert show(hostvars, "UnitFileState") == "enabled"
+        assert show(hostvars, "User") == "vllm"
+        assert serving(hostvars, port_of(inventory, host))
+        unit = on(hostvars, f"cat /etc/systemd/system/{NAME}.service")
+        assert "PrivateDevices" not in unit and "bash -c" not in unit
+        assert on(hostvars, f"cat {LAST_GOOD}/{NAME}.service") == unit
+        exposure = on(hostvars, f"systemd-analyze security {NAME}.service | tail -1")
+        print(f"{host}: {exposure}")
+        assert float(exposure.split("service:")[1].split()[0]) <= 4.0
+
+
+def test_second_run_changes_and_restarts_nothing(converged, inventory, hosts):
+    run = run_playbook(PLAYBOOK, inventory, timeout=900)
+    assert run.ok, run.output
+    print(f"second run: {run.duration:.0f}s")
+    for host, hostvars in hosts.items():
+        assert run.changed(host) == 0, [
+            (t, h) for t, h, r in run.iter_results() if h == host and r.get("changed")
+        ]
+        assert show(hostvars, "MainPID") == converged["pids"][host]
+    check = run_playbook(PLAYBOOK, inventory, check=True, diff=True, timeout=900)
+    assert check.ok, check.output
+    assert all(check.changed(h) == 0 for h in hosts)
+
+
+def test_killed_vllm_is_restarted(converged, inventory, hosts):
+    host, hostvars = next(iter(hosts.items()))
+    old = show(hostvars, "MainPID")
+    restarts = int(show(hostvars, "NRestarts"))
+    started = time.monotonic()
+    on(hostvars, f"kill -9 {old}")
+    assert wait_for(
+        lambda: (
+            show(hostvars, "ActiveState") == "active"
+            and show(hostvars, "MainPID") not in ("0", old)
+        ),
+        240,
+    )
+    print(f"restart after kill: {time.monotonic() - started:.0f}s")
+    assert int(show(hostvars, "NRestarts")) == restarts + 1
+    assert serving(hostvars, port_of(inventory, host))
+
+
+def test_bad_flag_on_last_host_stops_the_rollout_there(converged, inventory, hosts, tmp_path):
+    first, last = next(iter(hosts)), list(hosts)[-1]
+    good_unit = on(hosts[last], f"cat /etc/systemd/system/{NAME}.service")
+    # parsed fine by vLLM's parser, fails when the server loads the tokenizer
+    bad = overlay(
+        inventory,
+        tmp_path,
+        {
+            first: {"acceldeploy_services": service_spec(inventory, first, env={"ROLL": "1"})},
+            last: {
+                "acceldeploy_services": service_spec(
+                    inventory, last, extra_args={"tokenizer": "/nonexistent/tokenizer"}
+                )
+            },
+        },
+    )
+    run = run_playbook(PLAYBOOK, bad, timeout=900)
+    assert not run.ok
+    assert run.failed(last) == 1 and run.failed(first) == 0
+    assert f"did not become ready on {last}" in run.output, run.output
+    assert serving(hosts[first], port_of(inventory, first))  # restarted with ROLL=1, serving
+    assert "ROLL=1" in on(hosts[first], f"systemctl show -p Environment --value {NAME}")
+    # the failed host keeps its last good unit recorded for rollback
+    assert on(hosts[last], f"cat {LAST_GOOD}/{NAME}.service") == good_unit
+    # the crash loop stops at the start limit (StartLimitBurst=3) and stays failed
+    assert wait_for(lambda: show(hosts[last], "ActiveState") == "failed", 300, 5)
+    restarts = show(hosts[last], "NRestarts")
+    status = ssh(hosts[last], f"systemctl status {NAME} --no-pager", timeout=30).stdout
+    assert "Active: failed" in status
+    journal = on(hosts[last], f"journalctl -u {NAME} --no-pager -o cat -n 200")
+    assert "Start request repeated too quickly" in journal
+    time.sleep(15)  # > RestartSec: no further attempt
+    assert show(hosts[last], "NRestarts") == restarts
+    assert show(hosts[last], "ActiveState") == "failed"
+
+    fixed = run_playbook(PLAYBOOK, inventory, timeout=1200)
+    assert fixed.ok, fixed.output
+    for host, hostvars in hosts.items():
+        assert serving(hostvars, port_of(inventory, host))
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"extra_args": {"no-such-flag": 1}}, "unrecognized arguments"),
+        ({"tensor_parallel_size": 2, "devices": [0]}, "tensor_parallel_size is 2"),
+        ({"max_model_len": 1000000}, "exceeds the model's max_position_embeddings 8192"),
+        ("two-services-one-port", "use the same port"),
+    ],
+    ids=["vllm-parser", "tp-vs-devices", "too-long", "port-twice"],
+)
+def test_bad_input_fails_before_any_host_changes(converged, inventory, hosts, change, says):
+    (spec,) = service_spec(inventory, next(iter(hosts)))
+    if change == "two-services-one-port":
+        services = [spec, {**spec, "name": "qwen3-vl-b"}]
+    else:
+        services = [{**spec, **change}]
+    pids = {h: show(v, "MainPID") for h, v in hosts.items()}
+    run = run_playbook(PLAYBOOK, inventory, {"acceldeploy_services": services}, timeout=600)
+    assert not run.ok
+    assert says in run.output, run.output
+    for host, hostvars in hosts.items():
+        assert run.changed(host) == 0
+        assert show(hostvars, "MainPID") == pids[host]

@@ -1,0 +1,324 @@
+"""Golden units, launchers, argv and env of the examples and the lab (unit.py + templates/),
+and `systemd-analyze verify` of each rendered unit where systemd-analyze exists."""
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import host_vars
+from acceldeploy.render import render_host
+from acceldeploy.unit import UnitOptions, build, build_host, render_files
+
+ROOT = Path(__file__).resolve().parents[2]
+ASCEND = (str(ROOT / "inventory/examples/ascend-910b"), "npu-01")
+GAUDI = (str(ROOT / "inventory/examples/gaudi2"), "hpu-01")
+LAB = (str(ROOT / "inventory/lab/hosts.yml"), "lab1")
+
+ASCEND_UNIT = """\
+# Managed by acceldeploy (roles/vllm_service); `tools/plan.py render --unit` prints it
+
+[Unit]
+Description=vLLM qwen3-vl: /models/Qwen/Qwen3-VL-32B-Instruct@master (ascend) on 127.0.0.1:8000
+After=network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=5430
+StartLimitBurst=3
+
+[Service]
+Type=exec
+User=vllm
+Group=vllm
+SupplementaryGroups=HwHiAiUser
+Environment="ASCEND_RT_VISIBLE_DEVICES=2,3"
+Environment="CPU_AFFINITY_CONF=1"
+Environment="HCCL_OP_EXPANSION_MODE=AIV"
+Environment="HF_HUB_OFFLINE=1"
+Environment="HOME=/var/lib/acceldeploy-vllm/qwen3-vl"
+Environment="PYTORCH_NPU_ALLOC_CONF=expandable_segments:True"
+Environment="TASK_QUEUE_ENABLE=2"
+Environment="VLLM_ASCEND_ENABLE_NZ=0"
+Environment="XDG_CACHE_HOME=/var/cache/acceldeploy-vllm/qwen3-vl"
+WorkingDirectory=/var/lib/acceldeploy-vllm/qwen3-vl
+StateDirectory=acceldeploy-vllm/qwen3-vl
+CacheDirectory=acceldeploy-vllm/qwen3-vl
+ExecStart=/usr/local/libexec/acceldeploy/qwen3-vl.launch
+ExecStartPost=/usr/bin/python3 /usr/local/libexec/acceldeploy/vllm-ready http://127.0.0.1:8000/health 1800
+TimeoutStartSec=1800
+TimeoutStopSec=60
+KillMode=mixed
+Restart=on-failure
+RestartSec=10
+LimitNOFILE=65536
+LimitMEMLOCK=infinity
+DevicePolicy=closed
+DeviceAllow=/dev/davinci_manager rw
+DeviceAllow=/dev/devmm_svm rw
+DeviceAllow=/dev/hisi_hdc rw
+DeviceAllow=/dev/davinci2 rw
+DeviceAllow=/dev/davinci3 rw
+NoNewPrivileges=yes
+CapabilityBoundingSet=
+AmbientCapabilities=
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+ProtectProc=invisible
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+RemoveIPC=yes
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+SystemCallFilter=~@privileged @obsolete
+SystemCallErrorNumber=EPERM
+UMask=0027
+IPAddressDeny=any
+IPAddressAllow=localhost
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+ASCEND_LAUNCHER = r"""#!/bin/bash
+# Managed by acceldeploy (roles/vllm_service); `tools/plan.py render --unit` prints it
+# Launcher of qwen3-vl: source the platform's env scripts, then exec the server
+# (systemd supervises the exec'd process; the unit holds the environment and the secrets file).
+set -eu
+set +u
+source /usr/local/Ascend/ascend-toolkit/set_env.sh
+set -u
+set +u
+source /usr/local/Ascend/nnal/atb/set_env.sh
+set -u
+exec /opt/miniforge3/envs/vllm-v0.12.0/bin/vllm serve /models/Qwen/Qwen3-VL-32B-Instruct@master \
+    --served-model-name qwen3-vl \
+    --host 127.0.0.1 \
+    --port 8000 \
+    --tensor-parallel-size 2 \
+    --max-model-len 16384 \
+    --gpu-memory-utilization 0.97 \
+    --limit-mm-per-prompt '{"video":0}' \
+    --dtype bfloat16 \
+    --max-num-seqs 4 \
+    --mm-processor-cache-gb 0
+"""
+
+
+def units(where):
+    return build_host(host_vars(*where))
+
+
+def test_ascend_example_golden_unit_and_launcher():
+    (unit,) = units(ASCEND)
+    files = render_files(unit)
+    assert files["/etc/systemd/system/qwen3-vl.service"] == ASCEND_UNIT
+    assert files["/usr/local/libexec/acceldeploy/qwen3-vl.launch"] == ASCEND_LAUNCHER
+
+
+def test_ascend_example_argv_and_env():
+    (unit,) = units(ASCEND)
+    assert unit.argv == [
+        "/opt/miniforge3/envs/vllm-v0.12.0/bin/vllm", "serve",
+        "/models/Qwen/Qwen3-VL-32B-Instruct@master",
+        "--served-model-name", "qwen3-vl", "--host", "127.0.0.1", "--port", "8000",
+        "--tensor-parallel-size", "2", "--max-model-len", "16384",
+        "--gpu-memory-utilization", "0.97", "--limit-mm-per-prompt", '{"video":0}',
+        "--dtype", "bfloat16", "--max-num-seqs", "4", "--mm-processor-cache-gb", "0",
+    ]  # fmt: skip
+    assert unit.exec_argv == unit.argv
+    assert unit.env == {
+        "ASCEND_RT_VISIBLE_DEVICES": "2,3",
+        "CPU_AFFINITY_CONF": "1",
+        "HCCL_OP_EXPANSION_MODE": "AIV",
+        "HF_HUB_OFFLINE": "1",
+        "HOME": "/var/lib/acceldeploy-vllm/qwen3-vl",
+        "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+        "TASK_QUEUE_ENABLE": "2",
+        "VLLM_ASCEND_ENABLE_NZ": "0",
+        "XDG_CACHE_HOME": "/var/cache/acceldeploy-vllm/qwen3-vl",
+    }
+    assert unit.groups == ["HwHiAiUser"]
+    # the parser check sources CANN first, with the conda env's python
+    assert unit.argcheck is not None and unit.argcheck[0] == "/bin/bash"
+    assert unit.argcheck_python == "/opt/miniforge3/envs/vllm-v0.12.0/bin/python"
+    assert unit.argcheck[-1].startswith('["--model", "/models/Qwen/Qwen3-VL-32B-Instruct@master"')
+
+
+def test_gaudi_example_argv_env_and_container():
+    (unit,) = units(GAUDI)
+    assert unit.argv == [
+        "vllm", "serve", "/models/Qwen/Qwen2.5-VL-7B-Instruct@master",
+        "--served-model-name", "qwen2-5-vl", "--host", "127.0.0.1", "--port", "8000",
+        "--tensor-parallel-size", "1", "--max-model-len", "32768",
+        "--gpu-memory-utilization", "0.9", "--limit-mm-per-prompt", '{"image":5,"video":5}',
+        "--dtype", "bfloat16", "--max-num-seqs", "128", "--max-num-batched-tokens", "8192",
+    ]  # fmt: skip
+    assert unit.env == {
+        "HABANA_VISIBLE_MODULES": "0",
+        "HF_HUB_OFFLINE": "1",
+        "HOME": "/var/lib/acceldeploy-vllm/qwen2-5-vl",
+        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+        "PT_HPU_ENABLE_LAZY_COLLECTIVES": "true",
+        "PT_HPU_LAZY_MODE": "1",
+        "PT_HPU_RECIPE_CACHE_CONFIG": "/var/cache/acceldeploy-vllm/qwen2-5-vl/hpu-recipes,false,16384",
+        "VLLM_DECODE_BLOCK_BUCKET_MAX": "32896",
+        "VLLM_DECODE_BLOCK_BUCKET_MIN": "1",
+        "VLLM_DECODE_BLOCK_BUCKET_STEP": "128",
+        "VLLM_DECODE_BS_BUCKET_MAX": "128",
+        "VLLM_DECODE_BS_BUCKET_MIN": "1",
+        "VLLM_DECODE_BS_BUCKET_STEP": "8",
+        "VLLM_EXPONENTIAL_BUCKETING": "false",
+        "VLLM_PROMPT_BS_BUCKET_MAX": "64",
+        "VLLM_PROMPT_BS_BUCKET_MIN": "1",
+        "VLLM_PROMPT_BS_BUCKET_STEP": "1",
+        "VLLM_PROMPT_SEQ_BUCKET_MAX": "30720",
+        "VLLM_PROMPT_SEQ_BUCKET_MIN": "128",
+        "VLLM_PROMPT_SEQ_BUCKET_STEP": "128",
+        "VLLM_PROMPT_USE_FUSEDSDPA": "true",
+        "VLLM_ZERO_PADDING": "true",
+        "XDG_CACHE_HOME": "/var/cache/acceldeploy-vllm/qwen2-5-vl",
+    }
+    ex = unit.exec_argv
+    assert ex[:8] == [
+        "/usr/bin/docker", "run", "--rm", "--init", "--name=acceldeploy-qwen2-5-vl",
+        "--runtime=habana", "-e", "HABANA_VISIBLE_DEVICES=all",
+    ]  # fmt: skip
+    assert ex[-len(unit.argv) - 1 :] == ["acceldeploy/vllm-fork:aice-v1.22.0", *unit.argv]
+    assert "/models:/models:ro" in ex
+    recipes = "/var/cache/acceldeploy-vllm/qwen2-5-vl/hpu-recipes"
+    assert f"{recipes}:{recipes}:rw" in ex
+    assert unit.argcheck is None and unit.groups == ["docker"]
+    directives = dict((d[0], d[1]) for s in unit.sections for d in s["directives"])
+    assert directives["TimeoutStartSec"] == "3600"
+    assert directives["ExecStopPost"] == "-/usr/bin/docker rm -f acceldeploy-qwen2-5-vl"
+
+
+def test_lab_argv_env_and_directives():
+    (unit,) = units(LAB)
+    assert unit.argv == [
+        "/opt/acceldeploy/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", "/models/acceldeploy/tiny-qwen3-vl@main",
+        "--served-model-name", "qwen3-vl", "--host", "127.0.0.1", "--port", "8001",
+        "--tensor-parallel-size", "1", "--max-model-len", "2048",
+        "--limit-mm-per-prompt", '{"image":1,"video":0}', "--enforce-eager",
+        "--max-num-seqs", "4",
+    ]  # fmt: skip
+    assert unit.env == {
+        "HF_HUB_OFFLINE": "1",
+        "HOME": "/var/lib/acceldeploy-vllm/qwen3-vl",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_SERVER_DEV_MODE": "1",
+        "XDG_CACHE_HOME": "/var/cache/acceldeploy-vllm/qwen3-vl",
+    }
+    sections = {s["name"]: s["directives"] for s in unit.sections}
+    service = dict((d[0], d[1]) for d in sections["Service"])
+    assert service["User"] == "vllm" and "SupplementaryGroups" not in service
+    assert service["ExecStart"] == "/usr/local/libexec/acceldeploy/qwen3-vl.launch"
+    assert service["ExecStartPost"].endswith("vllm-ready http://127.0.0.1:8001/health 300")
+    assert service["TimeoutStartSec"] == "300" and service["Restart"] == "on-failure"
+    assert dict((d[0], d[1]) for d in sections["Unit"])["StartLimitBurst"] == "3"
+    assert "PrivateDevices" not in service and "MemoryDenyWriteExecute" not in service
+    assert service["IPAddressDeny"] == "any"
+    assert unit.argcheck is not None and unit.argcheck[0] == "/opt/acceldeploy/venv/bin/python"
+    assert unit.argcheck[-1].startswith('["--model", "/models/acceldeploy/tiny-qwen3-vl@main"')
+    assert not any(k == "PYTHONOPTIMIZE" for k in unit.env)
+
+
+def _launch(where, **changes):
+    (launch,) = render_host(host_vars(*where))
+    return dataclasses.replace(launch, **changes)
+
+
+def test_numa_from_topology_and_public_bind():
+    launch = _launch(ASCEND, host="0.0.0.0")
+    topo = (
+        {"device": 2, "numa": 1, "cpus": "48-95"},
+        {"device": 3, "numa": 1, "cpus": "48-95"},
+    )
+    unit = build(launch, UnitOptions(topology=topo))
+    service = dict((d[0], d[1]) for d in unit.sections[1]["directives"])
+    assert (service["CPUAffinity"], service["NUMAPolicy"], service["NUMAMask"]) == (
+        "48-95", "preferred", "1",
+    )  # fmt: skip
+    assert "IPAddressDeny" not in service  # serves beyond loopback
+    assert unit.health_url == "http://127.0.0.1:8000/health"
+    split = build(
+        launch, UnitOptions(topology=({"device": 2, "numa": 0, "cpus": "0-47"}, *topo[1:]))
+    )
+    assert "CPUAffinity" not in dict((d[0], d[1]) for d in split.sections[1]["directives"])
+
+
+def test_secrets_stay_in_the_environment_file():
+    launch = _launch(LAB, secret_env=["VLLM_API_KEY"])
+    unit = build(launch)
+    service = [d for d in unit.sections[1]["directives"]]
+    assert ["EnvironmentFile", "/etc/acceldeploy/secrets/qwen3-vl.env"] in service
+    assert "VLLM_API_KEY" not in " ".join(unit.exec_argv) and "VLLM_API_KEY" not in unit.env
+
+
+def test_env_quoting_and_refusals():
+    launch = _launch(LAB, env={"A": 'x "y" 50%'})
+    unit = build(launch)
+    assert ["Environment", '"A=x \\"y\\" 50%%"'] in unit.sections[1]["directives"]
+    with pytest.raises(AcceldeployError, match="PYTHONOPTIMIZE"):
+        build(_launch(LAB, env={"PYTHONOPTIMIZE": "1"}))
+    with pytest.raises(AcceldeployError, match="unknown"):
+        UnitOptions.from_vars({"usr": "x"})
+
+
+def test_plan_render_unit_cli():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/plan.py"), "render", "-i", ASCEND[0], "--host",
+         ASCEND[1], "--unit"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        "# ==> /etc/systemd/system/qwen3-vl.service <==\n"
+        + ASCEND_UNIT
+        + "# ==> /usr/local/libexec/acceldeploy/qwen3-vl.launch <==\n"
+        + ASCEND_LAUNCHER
+    )
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze here")
+@pytest.mark.parametrize("where", [ASCEND, GAUDI, LAB], ids=["ascend", "gaudi", "lab"])
+def test_rendered_units_pass_systemd_analyze_verify(where, tmp_path):
+    (launch,) = render_host(host_vars(*where))
+    # verify checks that ExecStart/ExecStartPost exist: point them into tmp_path
+    unit = build(launch, UnitOptions(launcher_dir=str(tmp_path), unit_dir=str(tmp_path)))
+    for path, text in render_files(unit).items():
+        Path(path).write_text(text)
+        os.chmod(path, 0o755 if path.endswith(".launch") else 0o644)
+    Path(unit.ready_path).write_text("#!/bin/sh\n")
+    os.chmod(unit.ready_path, 0o755)
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", unit.unit_path], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert unit.name not in proc.stderr, proc.stderr
+
+
+def test_explicit_len_beyond_the_model_is_refused_before_vllm_does():
+    hostvars = host_vars(*LAB)
+    (spec,) = hostvars["acceldeploy_services"]
+    hostvars["acceldeploy_services"] = [{**spec, "max_model_len": 1000000}]
+    with pytest.raises(AcceldeployError, match="max_position_embeddings 8192"):
+        render_host(hostvars)
+    allowed = {**spec, "max_model_len": 16384, "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}}
+    hostvars["acceldeploy_services"] = [allowed]
+    assert render_host(hostvars)[0].max_model_len == 16384

@@ -1,0 +1,416 @@
+"""The systemd unit and launcher of a service: the one place that decides their directives.
+
+`build(launch, options)` turns a rendered Launch (render.py) into a ServiceUnit: the unit's
+sections and directives, the launcher (sources the platform's env scripts, then `exec`s
+vLLM, or on Gaudi `docker run`s the Habana container), the secrets file, the readiness URLs
+and the command that checks the argv with the pinned vLLM's own parser. The templates in
+templates/ only print it; Ansible (roles/vllm_service) and `plan.py render --unit` use the
+same templates through `render_files`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acceldeploy import gaudi
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.render import Launch
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+UNIT_TEMPLATE = "vllm.service.j2"
+LAUNCHER_TEMPLATE = "vllm-launcher.sh.j2"
+HEADER = "Managed by acceldeploy (roles/vllm_service); `tools/plan.py render --unit` prints it"
+
+# Device groups the service user joins (the nodes' owners): the Ascend driver's
+# HwHiAiUser; on Gaudi the unit runs the docker CLI, so docker (root-equivalent).
+PLATFORM_GROUPS: dict[str, tuple[str, ...]] = {
+    "ascend": ("HwHiAiUser",),
+    "gaudi": ("docker",),
+    "cpu": (),
+}
+# Model loading (and on Gaudi the warm-up: seed 004 reports ~10 min for a 72B model, an hour
+# for DeepSeek-R1 without the recipe cache) must finish inside TimeoutStartSec.
+START_TIMEOUT: dict[str, int] = {"cpu": 300, "ascend": 1800, "gaudi": 3600}
+WILDCARD = ("0.0.0.0", "::", "")
+# versions/stacks.yml gaudi.image (the gaudi_runtime role records the one it checked).
+GAUDI_IMAGE = "acceldeploy/vllm-fork:aice-v1.22.0"
+
+# Parsed by vLLM's own `vllm serve` parser and checks, in the host's environment.
+ARGCHECK = """\
+import json, sys
+from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(
+    json.loads(sys.argv[1]))
+validate_parsed_serve_args(args)
+print("vllm accepts the argv")
+"""
+
+
+@dataclass(frozen=True)
+class UnitOptions:
+    """The role's variables (vllm_service_*) that shape units; defaults match the role's."""
+
+    user: str = "vllm"
+    groups: tuple[str, ...] | None = None  # None: the platform's device groups
+    unit_dir: str = "/etc/systemd/system"
+    launcher_dir: str = "/usr/local/libexec/acceldeploy"
+    secret_dir: str = "/etc/acceldeploy/secrets"
+    state_root: str = "/var/lib/acceldeploy-vllm"
+    cache_root: str = "/var/cache/acceldeploy-vllm"
+    models_root: str = "/models"
+    ready_python: str = "/usr/bin/python3"
+    start_timeout: int = 0  # 0: START_TIMEOUT of the platform
+    restart_sec: int = 10
+    start_limit_burst: int = 3
+    # [{device, numa, cpus}] (gaudi_runtime records module_id / numa / cpus)
+    topology: tuple[Mapping[str, Any], ...] = ()
+    gaudi_image: str = GAUDI_IMAGE
+    gaudi_run_args: tuple[str, ...] = gaudi.DOCKER_RUN_ARGS
+    gaudi_shapes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def from_vars(cls, raw: Mapping[str, Any]) -> UnitOptions:
+        """From {key: value} (the role's vllm_service_unit_options); unknown keys refused."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - names)
+        if unknown:
+            raise AcceldeployError(
+                f"vllm_service unit options {unknown} are unknown; allowed: {sorted(names)}"
+            )
+        # None, "" and [] keep the default (the role passes every variable, some empty).
+        values: dict[str, Any] = {k: v for k, v in raw.items() if v not in (None, "", [])}
+        for key in ("groups", "gaudi_run_args"):
+            if key in values:
+                values[key] = tuple(str(v) for v in values[key])
+        if "topology" in values:
+            values["topology"] = tuple(dict(t) for t in values["topology"])
+        for key in ("start_timeout", "restart_sec", "start_limit_burst"):
+            if key in values:
+                values[key] = int(values[key])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ServiceUnit:
+    name: str
+    platform: str
+    unit_path: str
+    launcher_path: str
+    ready_path: str
+    secret_path: str | None
+    state_dir: str
+    cache_dir: str
+    argv: list[str]  # vLLM's argv (inside the container on Gaudi)
+    env: dict[str, str]
+    secret_env: list[str]
+    groups: list[str]
+    exec_argv: list[str]  # what the launcher execs
+    env_scripts: list[str]
+    sections: list[dict[str, Any]]
+    start_timeout: int
+    health_url: str
+    base_url: str
+    argcheck: list[str] | None  # argv of the vLLM parser check, None where it cannot run
+    argcheck_python: str | None
+    launch: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["launcher"] = launcher_context(self)
+        data["header"] = HEADER
+        return data
+
+
+def _numa(launch: Launch, topology: Sequence[Mapping[str, Any]]) -> tuple[str, int] | None:
+    """(cpus, node) when every device of the service is known and on one NUMA node."""
+    if not launch.devices or not topology:
+        return None
+    by_device = {int(t["device"]): t for t in topology if t.get("numa") is not None}
+    if not all(d in by_device for d in launch.devices):
+        return None
+    nodes = {int(by_device[d]["numa"]) for d in launch.devices}
+    if len(nodes) != 1:
+        return None
+    cpus: list[str] = []
+    for d in launch.devices:
+        for part in str(by_device[d].get("cpus") or "").split(","):
+            if part.strip() and part.strip() not in cpus:
+                cpus.append(part.strip())
+    if not cpus:
+        return None
+    return ",".join(cpus), nodes.pop()
+
+
+def _url_host(host: str) -> str:
+    if host in WILDCARD:
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def env_value(key: str, value: str) -> str:
+    """One Environment= assignment, quoted for systemd (specifiers and quotes escaped)."""
+    if "\n" in value or "\n" in key:
+        raise AcceldeployError(f"env {key}: a value cannot contain a newline")
+    text = f"{key}={value}".replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return f'"{text}"'
+
+
+def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[str] | None:
+    """`python -c ARGCHECK '<json args>'` with the interpreter of the serve command; None for
+    commands that are not a host Python (the Gaudi container)."""
+    head = argv[0] if argv else ""
+    base = posixpath.basename(head)
+    if not head.startswith("/"):
+        return None
+    if base.startswith("python") and len(argv) >= 3 and argv[1] == "-m":
+        python, tail = head, list(argv[3:])
+    elif base == "vllm" and len(argv) >= 3 and argv[1] == "serve":
+        python, tail = (
+            posixpath.join(posixpath.dirname(head), "python"),
+            [
+                "--model",
+                *argv[2:],
+            ],
+        )
+    else:
+        return None
+    command = [python, "-c", ARGCHECK, json.dumps(tail)]
+    if env_scripts:
+        sources = " && ".join(f"source {shlex.quote(s)}" for s in env_scripts)
+        command = ["/bin/bash", "-c", f'set +u; {sources} && exec "$0" "$@"', *command]
+    return command
+
+
+def build(launch: Launch, options: UnitOptions | None = None) -> ServiceUnit:
+    opts = options or UnitOptions()
+    name = launch.name
+    state_dir = f"{opts.state_root}/{name}"
+    cache_dir = f"{opts.cache_root}/{name}"
+    launcher_path = f"{opts.launcher_dir}/{name}.launch"
+    ready_path = f"{opts.launcher_dir}/vllm-ready"
+    secret_path = f"{opts.secret_dir}/{name}.env" if launch.secret_env else None
+    timeout = opts.start_timeout or START_TIMEOUT.get(launch.platform, 1800)
+    groups = opts.groups if opts.groups is not None else PLATFORM_GROUPS.get(launch.platform, ())
+    numa = _numa(launch, opts.topology)
+    container = launch.runtime == "container"
+
+    argv = list(launch.argv)
+    env = {
+        "HOME": state_dir,
+        "XDG_CACHE_HOME": cache_dir,
+        **launch.env,
+    }
+    if container:
+        shape = gaudi.shape_for(
+            name, launch.max_model_len, argv, opts.gaudi_shapes.get(name), gaudi.BLOCK_SIZE
+        )
+        recipes = f"{cache_dir}/hpu-recipes"
+        env = {**gaudi.service_env(shape, launch.devices, recipes), **env}
+        argv += gaudi.engine_args(argv, shape)
+        mounts = [(opts.models_root, opts.models_root, False), (recipes, recipes, True)]
+        inner_env = sorted(k for k in env if k not in ("HOME", "XDG_CACHE_HOME"))
+        exec_argv = gaudi.docker_argv(
+            name,
+            opts.gaudi_image,
+            [*inner_env, *launch.secret_env],
+            mounts,
+            argv,
+            opts.gaudi_run_args,
+            numa,
+        )
+    else:
+        exec_argv = argv
+    env = dict(sorted(env.items()))
+    for bad in ("PYTHONOPTIMIZE",):
+        if bad in env:
+            raise AcceldeployError(
+                f"service {name}: env {bad} is refused (vLLM relies on assert statements); drop it"
+            )
+
+    base_url = f"http://{_url_host(launch.host)}:{launch.port}"
+    unit: list[tuple[str, str]] = [
+        ("Description", f"vLLM {name}: {launch.model_path} ({launch.platform}) on "
+                        f"{launch.host}:{launch.port}"),
+        ("After", "network-online.target"),
+        ("Wants", "network-online.target"),
+        # N failed starts inside N x (start timeout + restart delay) stop the retries.
+        ("StartLimitIntervalSec", str(opts.start_limit_burst * (timeout + opts.restart_sec))),
+        ("StartLimitBurst", str(opts.start_limit_burst)),
+    ]  # fmt: skip
+    service: list[tuple[str, str]] = [
+        ("Type", "exec"),
+        ("User", opts.user),
+        ("Group", opts.user),
+    ]
+    if groups:
+        service.append(("SupplementaryGroups", " ".join(groups)))
+    service += [("Environment", env_value(k, v)) for k, v in env.items()]
+    if secret_path:
+        service.append(("EnvironmentFile", secret_path))
+    service += [
+        ("WorkingDirectory", state_dir),
+        ("StateDirectory", state_dir.removeprefix("/var/lib/")),
+        ("CacheDirectory", cache_dir.removeprefix("/var/cache/")),
+    ]
+    if container:
+        service.append(("ExecStartPre", f"-/usr/bin/docker rm -f acceldeploy-{name}"))
+    service += [
+        ("ExecStart", launcher_path),
+        # vLLM opens its port before the engine is ready: the start job (and so
+        # `systemctl start`) completes only once /health answers 200.
+        ("ExecStartPost", f"{opts.ready_python} {ready_path} {base_url}/health {timeout}"),
+    ]
+    if container:
+        service.append(("ExecStopPost", f"-/usr/bin/docker rm -f acceldeploy-{name}"))
+    service += [
+        ("TimeoutStartSec", str(timeout)),
+        ("TimeoutStopSec", "60"),
+        ("KillMode", "mixed"),
+        ("Restart", "on-failure"),
+        ("RestartSec", str(opts.restart_sec)),
+        ("LimitNOFILE", "65536"),
+        ("LimitMEMLOCK", "infinity"),
+    ]
+    if numa and not container:
+        service += [
+            ("CPUAffinity", numa[0]),
+            ("NUMAPolicy", "preferred"),
+            ("NUMAMask", str(numa[1])),
+        ]
+    service += hardening(launch, container)
+    sections = [
+        {"name": "Unit", "directives": [list(d) for d in unit]},
+        {"name": "Service", "directives": [list(d) for d in service]},
+        {"name": "Install", "directives": [["WantedBy", "multi-user.target"]]},
+    ]
+    check = None if container else argcheck_command(argv, launch.env_scripts)
+    return ServiceUnit(
+        name=name,
+        platform=launch.platform,
+        unit_path=f"{opts.unit_dir}/{name}.service",
+        launcher_path=launcher_path,
+        ready_path=ready_path,
+        secret_path=secret_path,
+        state_dir=state_dir,
+        cache_dir=cache_dir,
+        argv=argv,
+        env=env,
+        secret_env=list(launch.secret_env),
+        groups=list(groups),
+        exec_argv=exec_argv,
+        env_scripts=list(launch.env_scripts),
+        sections=sections,
+        start_timeout=timeout,
+        health_url=f"{base_url}/health",
+        base_url=base_url,
+        argcheck=check,
+        argcheck_python=None if check is None else check[-4],
+        launch=launch.to_dict(),
+    )
+
+
+def hardening(launch: Launch, container: bool) -> list[tuple[str, str]]:
+    """Sandboxing that keeps the accelerator: DeviceAllow for the platform's nodes under a
+    closed device policy, never PrivateDevices (it would hide /dev/davinci* and /dev/accel*).
+    No MemoryDenyWriteExecute: oneDNN, Triton and the NPU/HPU graph compilers map W+X code."""
+    out: list[tuple[str, str]] = [("DevicePolicy", "closed")]
+    if not container:
+        out += [("DeviceAllow", f"{path} rw") for path in launch.device_paths]
+    out += [
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("AmbientCapabilities", ""),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("ProtectKernelTunables", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectKernelLogs", "yes"),
+        ("ProtectControlGroups", "yes"),
+        ("ProtectClock", "yes"),
+        ("ProtectHostname", "yes"),
+        ("ProtectProc", "invisible"),
+        ("RestrictNamespaces", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("RestrictSUIDSGID", "yes"),
+        ("LockPersonality", "yes"),
+        ("RemoveIPC", "yes"),
+        ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK"),
+        ("SystemCallArchitectures", "native"),
+        ("SystemCallFilter", "@system-service"),
+        # Not ~@resources: libzmq (vLLM's engine IPC) aborts when it cannot set its
+        # threads' scheduling parameters.
+        ("SystemCallFilter", "~@privileged @obsolete"),
+        ("SystemCallErrorNumber", "EPERM"),
+        ("UMask", "0027"),
+    ]
+    if launch.host in ("127.0.0.1", "::1", "localhost") and not container:
+        # Loopback-only service: no traffic beyond this host at all.
+        out += [("IPAddressDeny", "any"), ("IPAddressAllow", "localhost")]
+    return out
+
+
+def launcher_context(unit: ServiceUnit) -> dict[str, Any]:
+    """What the launcher template prints: pre-quoted source lines and the exec line, one flag
+    (with its value) per line; on Gaudi the image and vLLM's argv start lines of their own."""
+    inner = len(unit.exec_argv) - len(unit.argv)
+    breaks = {inner - 1, inner} if inner > 0 else set()
+    lines: list[str] = []
+    current: list[str] = []
+    for index, arg in enumerate(unit.exec_argv):
+        if current and (index in breaks or arg.startswith("-")):
+            lines.append(" ".join(current))
+            current = []
+        current.append(shlex.quote(arg))
+    lines.append(" ".join(current))
+    return {
+        "sources": [shlex.quote(s) for s in unit.env_scripts],
+        "exec_lines": lines,
+    }
+
+
+def _jinja_env() -> Any:
+    import jinja2
+
+    # Ansible's template module defaults: trim_blocks, trailing newline kept.
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        trim_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+
+
+def render_files(unit: ServiceUnit) -> dict[str, str]:
+    """{path on the host: text} of the unit and the launcher, through templates/."""
+    env = _jinja_env()
+    context = {"vllm_service_unit": unit.to_dict()}
+    return {
+        unit.unit_path: env.get_template(UNIT_TEMPLATE).render(context),
+        unit.launcher_path: env.get_template(LAUNCHER_TEMPLATE).render(context),
+    }
+
+
+def build_host(hostvars: Mapping[str, Any]) -> list[ServiceUnit]:
+    """Every service unit of one host from its inventory variables (for plan.py)."""
+    from acceldeploy.render import render_host
+
+    raw = dict(hostvars.get("vllm_service_unit_options") or {})
+    raw.setdefault("models_root", str(hostvars.get("acceldeploy_models_root", "/models")))
+    for key in ("gaudi_image", "gaudi_shapes", "user", "start_timeout"):
+        if f"vllm_service_{key}" in hostvars:
+            raw.setdefault(key, hostvars[f"vllm_service_{key}"])
+    options = UnitOptions.from_vars(raw)
+    return [build(launch, options) for launch in render_host(dict(hostvars))]
