@@ -53,7 +53,7 @@ test-lab: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m labcycle tests/lab
 
 # Everything; the lab is torn down whatever the result.
-test: lint test-unit
+test: lint host-deps test-unit
 	$(MAKE) test-lab; rc=$$?; $(MAKE) lab-down; exit $$rc
 
 # The main job on the lab: the whole site.yml (ends with tools/verify.py), then how to call it.

@@ -6,19 +6,31 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import host_vars
+from acceldeploy.lab.inventory import InventoryHost, write_inventory
 from acceldeploy.render import render_host
 from acceldeploy.unit import UnitOptions, build, build_host, render_files
 
 ROOT = Path(__file__).resolve().parents[2]
 ASCEND = (str(ROOT / "inventory/examples/ascend-910b"), "npu-01")
 GAUDI = (str(ROOT / "inventory/examples/gaudi2"), "hpu-01")
-LAB = (str(ROOT / "inventory/lab/hosts.yml"), "lab1")
+
+
+def lab_inventory() -> str:
+    """The lab inventory as `tools/lab.py up` writes it, without a running lab."""
+    target = Path(tempfile.mkdtemp(prefix="acceldeploy-lab-inventory-"))
+    shutil.copytree(ROOT / "inventory/lab/group_vars", target / "group_vars")
+    hosts = [InventoryHost("lab1", 1, 2201), InventoryHost("lab2", 2, 2202)]
+    return str(write_inventory(target / "hosts.yml", hosts, Path("/run/acceldeploy-lab/key")))
+
+
+LAB = (lab_inventory(), "lab1")
 
 ASCEND_UNIT = """\
 # Managed by acceldeploy (roles/vllm_service); `tools/plan.py render --unit` prints it
