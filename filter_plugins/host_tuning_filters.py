@@ -4,28 +4,14 @@ templates and tasks only print what these return; bad input fails naming the var
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from ansible.errors import AnsibleFilterError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 from acceldeploy import hosttuning
-from acceldeploy.errors import AcceldeployError
-
-
-def _guard(func: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except AcceldeployError as exc:
-            raise AnsibleFilterError(str(exc)) from None
-
-    wrapped.__name__ = func.__name__
-    wrapped.__doc__ = func.__doc__
-    return wrapped
+from acceldeploy.ansible_adapter import guard
 
 
 def host_tuning_plan(
@@ -72,7 +58,7 @@ def host_tuning_summary(
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            f.__name__: _guard(f)
+            f.__name__: guard(f)
             for f in (
                 host_tuning_plan,
                 host_tuning_reboot_reasons,

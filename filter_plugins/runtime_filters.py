@@ -5,40 +5,14 @@ bad input fails naming the variable."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from ansible.errors import AnsibleFilterError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 from acceldeploy import runtimes
-from acceldeploy.errors import AcceldeployError
-
-
-def _guard(func: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except AcceldeployError as exc:
-            raise AnsibleFilterError(str(exc)) from None
-
-    wrapped.__name__ = func.__name__
-    wrapped.__doc__ = func.__doc__
-    return wrapped
-
-
-def _plain(value: Any) -> Any:
-    """Ansible's lazy / tagged containers as plain Python data."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
+from acceldeploy.ansible_adapter import guard, plain
 
 
 def runtime_stack(platform: str, stacks_file: str = "") -> dict[str, Any]:
@@ -48,22 +22,22 @@ def runtime_stack(platform: str, stacks_file: str = "") -> dict[str, Any]:
 
 def runtime_service_devices(services: Sequence[Mapping[str, Any]] | None) -> list[int]:
     """acceldeploy_services | runtime_service_devices: every device id the services use."""
-    return runtimes.service_devices(_plain(list(services or [])))
+    return runtimes.service_devices(plain(list(services or [])))
 
 
 def ascend_runtime_options(inputs: Mapping[str, Any], stack: Mapping[str, Any]) -> dict[str, Any]:
     """inputs | ascend_runtime_options(stack): checked before any host is touched"""
-    return runtimes.ascend_options(_plain(inputs), _plain(stack))
+    return runtimes.ascend_options(plain(inputs), plain(stack))
 
 
 def gaudi_runtime_options(inputs: Mapping[str, Any], stack: Mapping[str, Any]) -> dict[str, Any]:
     """inputs | gaudi_runtime_options(stack): checked before any host is touched"""
-    return runtimes.gaudi_options(_plain(inputs), _plain(stack))
+    return runtimes.gaudi_options(plain(inputs), plain(stack))
 
 
 def gaudi_runtime_hccl_argv(stack: Mapping[str, Any], options: Mapping[str, Any]) -> list[str]:
     """stack | gaudi_runtime_hccl_argv(options): the docker run of seed 004's hccl_demo"""
-    return runtimes.gaudi_hccl_argv(_plain(stack), _plain(options))
+    return runtimes.gaudi_hccl_argv(plain(stack), plain(options))
 
 
 def gaudi_runtime_daemon_json(text: str, name: str = "habana", path: str = "") -> str:
@@ -77,26 +51,26 @@ def ascend_runtime_gate(
     probe: Mapping[str, Any], stack: Mapping[str, Any], options: Mapping[str, Any]
 ) -> dict[str, Any]:
     """probe | ascend_runtime_gate(stack, options): the verdict, what was found, the plan."""
-    return runtimes.ascend_gate(_plain(probe), _plain(stack), _plain(options))
+    return runtimes.ascend_gate(plain(probe), plain(stack), plain(options))
 
 
 def gaudi_runtime_gate(
     probe: Mapping[str, Any], stack: Mapping[str, Any], options: Mapping[str, Any]
 ) -> dict[str, Any]:
     """probe | gaudi_runtime_gate(stack, options)"""
-    return runtimes.gaudi_gate(_plain(probe), _plain(stack), _plain(options))
+    return runtimes.gaudi_gate(plain(probe), plain(stack), plain(options))
 
 
 def ascend_runtime_fact(gate: Mapping[str, Any]) -> dict[str, Any]:
     """gate | ascend_runtime_fact: the stable facts recorded for the launcher"""
-    return runtimes.ascend_fact(_plain(gate))
+    return runtimes.ascend_fact(plain(gate))
 
 
 def gaudi_runtime_fact(
     gate: Mapping[str, Any], hccl: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """gate | gaudi_runtime_fact(hccl result): the stable facts recorded for the launcher"""
-    return runtimes.gaudi_fact(_plain(gate), _plain(hccl) if hccl else None)
+    return runtimes.gaudi_fact(plain(gate), plain(hccl) if hccl else None)
 
 
 def gaudi_runtime_hccl(output: str) -> dict[str, Any]:
@@ -106,19 +80,19 @@ def gaudi_runtime_hccl(output: str) -> dict[str, Any]:
 
 def python_env_plan(options: Mapping[str, Any]) -> dict[str, Any]:
     """python_env_inputs | python_env_plan: commands, pins and the rebuild key."""
-    return runtimes.python_env_plan(_plain(options))
+    return runtimes.python_env_plan(plain(options))
 
 
 def python_env_verify(
     plan: Mapping[str, Any], pip_list: str, vllm_output: str = ""
 ) -> dict[str, Any]:
     """plan | python_env_verify(pip list --format=json, import vllm output)"""
-    return runtimes.python_env_verify(_plain(plan), str(pip_list), str(vllm_output))
+    return runtimes.python_env_verify(plain(plan), str(pip_list), str(vllm_output))
 
 
 def python_env_fact(plan: Mapping[str, Any], vllm_output: str = "") -> dict[str, Any]:
     """plan | python_env_fact(import vllm output): the local fact for the launcher"""
-    return runtimes.python_env_fact(_plain(plan), str(vllm_output or ""))
+    return runtimes.python_env_fact(plain(plan), str(vllm_output or ""))
 
 
 def python_env_record_key(record_text: str) -> str:
@@ -128,7 +102,7 @@ def python_env_record_key(record_text: str) -> str:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            f.__name__: _guard(f)
+            f.__name__: guard(f)
             for f in (
                 runtime_stack,
                 runtime_service_devices,

@@ -10,8 +10,8 @@ from ansible.errors import AnsibleFilterError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
+from acceldeploy.ansible_adapter import plain
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import _plain
 from acceldeploy.render import render_host
 from acceldeploy.unit import UnitOptions, build
 
@@ -27,11 +27,11 @@ def vllm_service_units(
     with the variable to change, before anything is written."""
     hostvars = {
         "acceldeploy_platform": platform,
-        "acceldeploy_services": _plain(services),
+        "acceldeploy_services": plain(services),
         "acceldeploy_models_root": models_root,
     }
     try:
-        opts = UnitOptions.from_vars({"models_root": models_root, **_plain(options or {})})
+        opts = UnitOptions.from_vars({"models_root": models_root, **plain(options or {})})
         return [build(launch, opts).to_dict() for launch in render_host(hostvars)]
     except AcceldeployError as exc:
         raise AnsibleFilterError(str(exc)) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from acceldeploy.ansible_adapter import plain
 from acceldeploy.errors import AcceldeployError
 
 
@@ -34,19 +35,7 @@ def hosts_vars(inventory: str, pattern: str = "all") -> dict[str, dict[str, Any]
     result: dict[str, dict[str, Any]] = {}
     for entry in manager.get_hosts(pattern):
         raw = variables.get_vars(host=entry)
-        templated = _plain(Templar(loader=loader, variables=raw).template(raw))
+        templated = plain(Templar(loader=loader, variables=raw).template(raw))
         assert isinstance(templated, dict)
         result[entry.name] = templated
     return result
-
-
-def _plain(value: Any) -> Any:
-    """Ansible's tagged/lazy containers turned into plain Python data."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value

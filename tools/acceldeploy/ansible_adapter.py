@@ -1,0 +1,35 @@
+"""What every filter plugin of ours needs: Ansible's data as plain Python going in, and an
+AcceldeployError coming out as the AnsibleFilterError that fails the task with its message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+
+
+def plain(value: Any) -> Any:
+    """Ansible's tagged / lazy containers turned into plain Python data."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
+def guard(func: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        from ansible.errors import AnsibleFilterError
+
+        try:
+            return func(*args, **kwargs)
+        except AcceldeployError as exc:
+            raise AnsibleFilterError(str(exc)) from None
+
+    wrapped.__name__ = func.__name__
+    wrapped.__doc__ = func.__doc__
+    return wrapped
