@@ -94,6 +94,10 @@ def service_spec(inventory: Path, host: str, **changes: Any) -> list[dict[str, A
 
 @pytest.fixture(scope="module")
 def converged(inventory: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    # What serve needs on every host, from the stages before it: the venv and the model.
+    for stage in ("playbooks/runtime.yml", "playbooks/models.yml"):
+        ready = run_playbook(stage, inventory, timeout=1500)
+        assert ready.ok, ready.output
     run = run_playbook(PLAYBOOK, inventory, timeout=1500)
     assert run.ok, run.output
     return {"run": run, "pids": {h: show(v, "MainPID") for h, v in hosts.items()}}
