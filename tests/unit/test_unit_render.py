@@ -222,8 +222,7 @@ def test_gaudi_example_argv_env_and_container():
 def test_lab_argv_env_and_directives():
     (unit,) = units(LAB)
     assert unit.argv == [
-        "/opt/acceldeploy/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
-        "--model", "/models/acceldeploy/tiny-qwen3-vl@main",
+        "/opt/acceldeploy/venv/bin/vllm", "serve", "/models/acceldeploy/tiny-qwen3-vl@main",
         "--served-model-name", "qwen3-vl", "--host", "127.0.0.1", "--port", "8001",
         "--tensor-parallel-size", "1", "--max-model-len", "2048",
         "--limit-mm-per-prompt", '{"image":1,"video":0}', "--enforce-eager",

