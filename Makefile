@@ -52,8 +52,10 @@ test-lab: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m e2e tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m labcycle tests/lab
 
-# Everything; the lab is torn down whatever the result.
+# Everything, on fresh lab hosts: a running lab (the demo's) is taken down first, and the lab
+# is torn down again whatever the result.
 test: lint host-deps test-unit
+	$(MAKE) lab-down
 	$(MAKE) test-lab; rc=$$?; $(MAKE) lab-down; exit $$rc
 
 # The main job on the lab: the whole site.yml (ends with tools/verify.py), then how to call it.
