@@ -26,6 +26,7 @@ import socket
 import socketserver
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,8 @@ def hosts() -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def mirrors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def mirrors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The lab's olah (left running: it is the lab's) and this module's own msmirror."""
     root = Path(
         os.environ.get("ACCELDEPLOY_TEST_MIRROR_ROOT") or olah_mirror.cache_dir() / "mirror"
     )
@@ -139,7 +141,8 @@ def mirrors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     blob = olah_mirror.publish(work / "blob", hf, BLOB)
     olah_mirror.start(hf)
     msmirror.start(ms)
-    return {"hf": hf, "ms": ms, "model_rev": model["revision"], "blob_rev": blob["revision"]}
+    yield {"hf": hf, "ms": ms, "model_rev": model["revision"], "blob_rev": blob["revision"]}
+    msmirror.stop(ms)
 
 
 def remote(hostvars: dict[str, Any], command: str, timeout: float = 120) -> str:
