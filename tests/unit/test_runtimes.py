@@ -483,7 +483,11 @@ def test_cpu_venv_plan() -> None:
     assert plan["steps"][1]["env"]["TMPDIR"] == "/var/tmp"
     assert plan["expect"]["vllm"] == "0.12.0+cpu"
     assert "vllm==0.12.0+cpu" in plan["requirements_text"].splitlines()
-    assert plan["verify_argv"] == ["/opt/acceldeploy/venv/bin/vllm", "--version"]
+    assert plan["verify_argv"] == [
+        "/opt/acceldeploy/venv/bin/python",
+        "-c",
+        "import importlib.metadata as m, vllm; print(m.version('vllm'))",
+    ]
 
 
 def test_key_ignores_sources_and_follows_pins(tmp_path: Path) -> None:
@@ -593,7 +597,7 @@ def test_verify_against_pins() -> None:
     bad = listing.replace('"2.8.0"}, {"name": "torch_npu"', '"2.9.0"}, {"name": "torch_npu"')
     with pytest.raises(AcceldeployError, match=re.escape("torch is 2.9.0, want 2.8.0")):
         runtimes.python_env_verify(plan, bad)
-    with pytest.raises(AcceldeployError, match=re.escape("vllm --version reports '0.11.0'")):
+    with pytest.raises(AcceldeployError, match=re.escape("the installed vllm reports '0.11.0'")):
         runtimes.python_env_verify(plan, listing, "0.11.0\n")
 
 

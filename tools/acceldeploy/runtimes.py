@@ -39,6 +39,7 @@ DEFAULT_MANAGER = {"ascend": "conda", "gaudi": "container", "cpu": "venv"}
 # Bumped when the way an environment is built changes (not its pins): forces a rebuild.
 PLAN_FORMAT = 1
 RECORD_NAME = "acceldeploy-env.json"
+VLLM_VERSION_CHECK = "import importlib.metadata as m, vllm; print(m.version('vllm'))"
 REQUIREMENTS_NAME = "acceldeploy-requirements.txt"
 CONSTRAINTS_NAME = "acceldeploy-constraints.txt"
 
@@ -1296,9 +1297,10 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     steps: list[dict[str, Any]] = [{"name": f"create the {manager}", "argv": create, "env": {}}]
     expect: dict[str, str] = {}
     env_scripts = [str(s) for s in options.get("env_scripts") or entry.get("env_scripts") or []]
-    # vLLM's own CLI: it reads the installed distribution's version, so a broken or
-    # misnamed install fails here rather than at the first `vllm serve`.
-    verify_argv = [f"{env}/bin/vllm", "--version"]
+    # What `vllm --version` prints (the CLI reads the "vllm" distribution's metadata), after
+    # importing vllm: a misnamed or broken install fails here, not at the first `vllm serve`.
+    # The CLI itself imports every subcommand (~10-30 s), too slow for every run.
+    verify_argv = [py, "-c", VLLM_VERSION_CHECK]
 
     if platform == "cpu":
         requirements = lock_requirements(entry) + extra
@@ -1568,7 +1570,7 @@ def python_env_verify(
     )
     want = str(plan.get("vllm_version") or "")
     if vllm_version_output and want and reported.split("+", 1)[0] != want:
-        problems.append(f"vllm --version reports {reported!r}, want {want}")
+        problems.append(f"the installed vllm reports {reported!r}, want {want}")
     if problems:
         raise AcceldeployError(
             f"the environment {plan.get('env')} does not hold the pinned stack: "
