@@ -167,24 +167,13 @@ def env_value(key: str, value: str) -> str:
 
 
 def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[str] | None:
-    """`python -c ARGCHECK '<json args>'` with the interpreter of the serve command; None for
-    commands that are not a host Python (the Gaudi container)."""
+    """`python -c ARGCHECK '<json args>'` with the interpreter beside the serve command's
+    `vllm`; None for commands that are not a host venv's `vllm serve` (the Gaudi container)."""
     head = argv[0] if argv else ""
     base = posixpath.basename(head)
-    if not head.startswith("/"):
+    if not head.startswith("/") or base != "vllm" or len(argv) < 3 or argv[1] != "serve":
         return None
-    if base.startswith("python") and len(argv) >= 3 and argv[1] == "-m":
-        python, tail = head, list(argv[3:])
-    elif base == "vllm" and len(argv) >= 3 and argv[1] == "serve":
-        python, tail = (
-            posixpath.join(posixpath.dirname(head), "python"),
-            [
-                "--model",
-                *argv[2:],
-            ],
-        )
-    else:
-        return None
+    python, tail = posixpath.join(posixpath.dirname(head), "python"), ["--model", *argv[2:]]
     command = [python, "-c", ARGCHECK, json.dumps(tail)]
     if env_scripts:
         sources = " && ".join(f"source {shlex.quote(s)}" for s in env_scripts)
