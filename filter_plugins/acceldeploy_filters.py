@@ -1,34 +1,42 @@
-"""Ansible adapter over tools/acceldeploy: the roles get argv/env from the tested core."""
+"""Ansible adapter over tools/acceldeploy (installed in the controller's venv by pyproject):
+one host plan shared by preflight, the roles, verify and `plan.py render`."""
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-
+from acceldeploy import hostplan
+from acceldeploy.ansible_adapter import guard, plain
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.render import render_host
+
+REPO = Path(hostplan.__file__).resolve().parents[2]
 
 
-def acceldeploy_launches(
-    platform: str, services: list[dict[str, Any]], models_root: str = "/models"
-) -> list[dict[str, Any]]:
-    """Every service of a host as {name, argv, env, ...}; bad input fails naming the variable."""
-    hostvars = {
-        "acceldeploy_platform": platform,
-        "acceldeploy_services": services,
-        "acceldeploy_models_root": models_root,
-    }
-    try:
-        return [launch.to_dict() for launch in render_host(hostvars)]
-    except AcceldeployError as exc:
-        raise AnsibleFilterError(str(exc)) from None
+def acceldeploy_plan_var_names(_: Any = None) -> list[str]:
+    """Every variable the host plan reads (gather them with query('ansible.builtin.vars'))."""
+    return list(hostplan.PLAN_VARS)
+
+
+def acceldeploy_host_units(plan_vars: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """{variable: value} of one host -> every service's unit (argv, env, sections, launcher,
+    paths, argcheck, URLs). Bad input fails naming the variable, before anything is written."""
+    values = {k: v for k, v in plain(dict(plan_vars)).items() if v is not None}
+    return [unit.to_dict() for unit in hostplan.plan_host(values)]
+
+
+def acceldeploy_repo_path(relative: str) -> str:
+    """'templates' | acceldeploy_repo_path: a path inside this repository."""
+    path = (REPO / str(relative)).resolve()
+    if not path.is_relative_to(REPO) or not path.exists():
+        raise AcceldeployError(f"{relative} is not a path of the acceldeploy repository")
+    return str(path)
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"acceldeploy_launches": acceldeploy_launches}
+        return {
+            f.__name__: guard(f)
+            for f in (acceldeploy_plan_var_names, acceldeploy_host_units, acceldeploy_repo_path)
+        }

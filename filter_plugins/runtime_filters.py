@@ -1,23 +1,21 @@
-"""Ansible adapter over tools/acceldeploy/runtimes.py for the roles ascend_runtime,
-gaudi_runtime and python_env: the roles collect raw text on the hosts, these filters decide;
-bad input fails naming the variable."""
+"""Ansible adapter over acceldeploy.runtimes (tools/acceldeploy/runtimes/) and
+acceldeploy.stacks for the roles ascend_runtime, gaudi_runtime and python_env: the roles
+collect raw text on the hosts, these filters decide; bad input fails naming the variable.
+
+acceldeploy is installed (editable) in the controller's venv by pyproject.toml."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-
-from acceldeploy import runtimes
+from acceldeploy import runtimes, stacks
 from acceldeploy.ansible_adapter import guard, plain
 
 
 def runtime_stack(platform: str, stacks_file: str = "") -> dict[str, Any]:
     """platform | runtime_stack(file): the pinned stack from versions/stacks.yml."""
-    return runtimes.stack(str(platform), stacks_file or None)
+    return stacks.stack(str(platform), stacks_file or None)
 
 
 def runtime_service_devices(services: Sequence[Mapping[str, Any]] | None) -> list[int]:

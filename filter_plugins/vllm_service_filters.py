@@ -1,40 +1,11 @@
-"""Ansible adapter for roles/vllm_service: units, launchers and checks from tools/acceldeploy."""
+"""Ansible adapter for roles/vllm_service: secrets and topology (the units themselves come
+from acceldeploy_host_units, the host plan)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-
-from acceldeploy.ansible_adapter import plain
-from acceldeploy.errors import AcceldeployError
-from acceldeploy.render import render_host
-from acceldeploy.unit import UnitOptions, build
-
-
-def vllm_service_units(
-    platform: str,
-    services: list[dict[str, Any]],
-    models_root: str = "/models",
-    options: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Every service of a host as its unit (sections, launcher, paths, argcheck, URLs).
-    Bad input (devices or ports used twice, TP vs devices, a model that does not fit) fails
-    with the variable to change, before anything is written."""
-    hostvars = {
-        "acceldeploy_platform": platform,
-        "acceldeploy_services": plain(services),
-        "acceldeploy_models_root": models_root,
-    }
-    try:
-        opts = UnitOptions.from_vars({"models_root": models_root, **plain(options or {})})
-        return [build(launch, opts).to_dict() for launch in render_host(hostvars)]
-    except AcceldeployError as exc:
-        raise AnsibleFilterError(str(exc)) from None
 
 
 def vllm_service_secret_env(services: list[dict[str, Any]], name: str) -> str:
@@ -69,7 +40,6 @@ def vllm_service_topology(gaudi_fact: dict[str, Any] | None) -> list[dict[str, A
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "vllm_service_units": vllm_service_units,
             "vllm_service_secret_env": vllm_service_secret_env,
             "vllm_service_topology": vllm_service_topology,
             "vllm_service_auth_header": vllm_service_auth_header,

@@ -14,7 +14,8 @@ from ansible_run import run_playbook
 from acceldeploy.inventory import host_vars
 from acceldeploy.lab import tinymodel
 from acceldeploy.lab.mirror import default_mirror
-from acceldeploy.render import Launch, render_host
+from acceldeploy.hostplan import host_launches
+from acceldeploy.render import Launch
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = Path(os.environ.get("ACCELDEPLOY_TEST_INVENTORY", ROOT / "inventory/lab/hosts.yml"))
@@ -34,7 +35,7 @@ def on_host(host: str, command: str, timeout: float = 600, check: bool = True) -
 
 
 def launch_of(host: str, inventory: Path = INVENTORY) -> Launch:
-    (service,) = render_host(host_vars(str(inventory), host))
+    (service,) = host_launches(host_vars(str(inventory), host))
     return service
 
 

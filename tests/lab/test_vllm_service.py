@@ -21,7 +21,7 @@ import yaml
 from ansible_run import inventory_hosts, lab_inventory, run_playbook, ssh
 
 from acceldeploy.inventory import host_vars
-from acceldeploy.render import render_host
+from acceldeploy.hostplan import host_launches
 
 pytestmark = pytest.mark.lab
 
@@ -52,7 +52,7 @@ def on(hostvars: dict[str, Any], command: str, timeout: float = 60) -> str:
 
 
 def port_of(inventory: Path, host: str) -> int:
-    (launch,) = render_host(host_vars(str(inventory), host))
+    (launch,) = host_launches(host_vars(str(inventory), host))
     return launch.port
 
 

@@ -108,16 +108,34 @@ def test_render_example_inventory():
     ("args", "reason"),
     [
         (
-            ["kv", "--model-config", "/nonexistent/config.json", "--available-gib", 1],
+            [
+                "kv",
+                "--platform",
+                "ascend",
+                "--model-config",
+                "/nonexistent/config.json",
+                "--available-gib",
+                1,
+            ],
             "model config not found",
         ),
         (
-            ["kv", "--model-config", CONFIGS / "unknown-arch.json", "--available-gib", 1],
+            [
+                "kv",
+                "--platform",
+                "ascend",
+                "--model-config",
+                CONFIGS / "unknown-arch.json",
+                "--available-gib",
+                1,
+            ],
             "cannot size architecture",
         ),
         (
             [
                 "kv",
+                "--platform",
+                "ascend",
                 "--model-config",
                 CONFIGS / "qwen3-vl-8b-instruct.json",
                 "--tp",
@@ -130,6 +148,8 @@ def test_render_example_inventory():
         (
             [
                 "kv",
+                "--platform",
+                "ascend",
                 "--model-config",
                 CONFIGS / "qwen3-vl-8b-instruct.json",
                 "--total-gib",
@@ -140,7 +160,15 @@ def test_render_example_inventory():
             "weights memory must be >= 0",
         ),
         (
-            ["kv", "--model-config", CONFIGS / "qwen3-vl-8b-instruct.json", "--available-gib", -3],
+            [
+                "kv",
+                "--platform",
+                "ascend",
+                "--model-config",
+                CONFIGS / "qwen3-vl-8b-instruct.json",
+                "--available-gib",
+                -3,
+            ],
             "negative",
         ),
         (["explain", "/nonexistent.log"], "cannot read"),

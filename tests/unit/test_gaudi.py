@@ -53,22 +53,20 @@ def test_service_env_padding_cache_and_collectives():
     assert "PT_HPU_ENABLE_LAZY_COLLECTIVES" not in single
 
 
-def test_shape_defaults_from_max_model_len_and_argv():
-    argv = ["vllm", "serve", "/m", "--max-num-seqs", "16", "--max_num_batched_tokens=4096"]
-    shape = gaudi.shape_for("svc", 32768, argv)
+def test_shape_defaults_from_max_model_len_and_options():
+    options = {"max-num-seqs": 16, "max_num_batched_tokens": "4096"}
+    shape = gaudi.shape_for("svc", 32768, options, None, 128)
     assert (shape.input_min, shape.input_max) == (4, 30720)
     assert (shape.output_min, shape.output_max) == (4, 2048)
     assert (shape.max_num_seqs, shape.max_num_batched_tokens) == (16, 4096)
-    assert gaudi.engine_args(argv, shape) == []
-    short = gaudi.shape_for("svc", 2048, ["vllm", "serve", "/m"])
+    assert gaudi.engine_options(options, shape) == {}
+    short = gaudi.shape_for("svc", 2048, {}, None, 128)
     assert (short.input_max, short.output_max) == (1024, 1024)
-    assert gaudi.engine_args([], short) == [
-        "--max-num-seqs",
-        "128",
-        "--max-num-batched-tokens",
-        "8192",
-    ]
-    given = gaudi.shape_for("svc", 8192, [], {"input": [800, 1024], "output": [400, 512]})
+    assert gaudi.engine_options({}, short) == {
+        "max-num-seqs": 128,
+        "max-num-batched-tokens": 8192,
+    }
+    given = gaudi.shape_for("svc", 8192, {}, {"input": [800, 1024], "output": [400, 512]}, 128)
     assert (given.input_min, given.input_max, given.output_max) == (800, 1024, 512)
 
 
@@ -82,7 +80,7 @@ def test_shape_defaults_from_max_model_len_and_argv():
 )
 def test_bad_shapes(spec, length, message):
     with pytest.raises(AcceldeployError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        gaudi.shape_for("svc", length, [], spec)
+        gaudi.shape_for("svc", length, {}, spec, 128)
 
 
 def test_docker_argv_passes_env_by_name_only():
@@ -92,6 +90,7 @@ def test_docker_argv_passes_env_by_name_only():
         ["A", "VLLM_API_KEY"],
         [("/models", "/models", False)],
         ["vllm", "serve", "/models/x"],
+        ("--runtime=habana",),
         cpuset=("0-23", 0),
     )
     assert argv[:5] == ["/usr/bin/docker", "run", "--rm", "--init", "--name=acceldeploy-svc"]
@@ -103,4 +102,4 @@ def test_docker_argv_passes_env_by_name_only():
     ]
     assert argv[-4:] == ["img:1", "vllm", "serve", "/models/x"]
     with pytest.raises(AcceldeployError, match="vllm_service_gaudi_image"):
-        gaudi.docker_argv("svc", "", [], [], [])
+        gaudi.docker_argv("svc", "", [], [], [], ())

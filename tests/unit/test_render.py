@@ -5,14 +5,14 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.hostplan import host_launches
 from acceldeploy.inventory import host_vars
-from acceldeploy.render import render_host
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ascend_910b_qwen3_vl_32b_golden():
-    (launch,) = render_host(host_vars(str(ROOT / "inventory/examples/ascend-910b"), "npu-01"))
+    (launch,) = host_launches(host_vars(str(ROOT / "inventory/examples/ascend-910b"), "npu-01"))
     assert launch.argv == [
         "/opt/miniforge3/envs/vllm-v0.12.0/bin/vllm",
         "serve",
@@ -57,13 +57,16 @@ def test_ascend_910b_qwen3_vl_32b_golden():
 
 
 def test_gaudi2_qwen25_vl_golden():
-    (launch,) = render_host(host_vars(str(ROOT / "inventory/examples/gaudi2"), "hpu-01"))
+    (launch,) = host_launches(host_vars(str(ROOT / "inventory/examples/gaudi2"), "hpu-01"))
     assert launch.command_line() == (
         "vllm serve /models/Qwen/Qwen2.5-VL-7B-Instruct@master --served-model-name qwen2-5-vl "
         "--host 127.0.0.1 --port 8000 --tensor-parallel-size 1 --max-model-len 32768 "
         '--gpu-memory-utilization 0.9 --limit-mm-per-prompt \'{"image":5,"video":5}\' '
-        "--dtype bfloat16"
+        "--dtype bfloat16 --max-num-seqs 128 --max-num-batched-tokens 8192"
     )
+    # the bucketing is sized for those two (the fork's preferred 128 / 8192) and block 128
+    assert launch.env["VLLM_DECODE_BS_BUCKET_MAX"] == "128"
+    assert launch.env["VLLM_PROMPT_SEQ_BUCKET_STEP"] == "128"
     assert launch.env["HABANA_VISIBLE_MODULES"] == "0"
     assert launch.env["PT_HPU_LAZY_MODE"] == "1"
 
@@ -78,13 +81,13 @@ def base(**service):
 
 
 def test_auto_max_model_len_is_largest_fitting_multiple_of_1024():
-    (launch,) = render_host(base(gpu_memory_utilization=0.95))
+    (launch,) = host_launches(base(gpu_memory_utilization=0.95))
     assert launch.max_model_len % 1024 == 0
     assert launch.kv["needed_gib"] <= launch.kv["available_gib"]
 
 
 def test_api_key_never_reaches_argv_or_env():
-    (launch,) = render_host(base(api_key="sk-secret"))
+    (launch,) = host_launches(base(api_key="sk-secret"))
     assert launch.secret_env == ["VLLM_API_KEY"]
     assert "sk-secret" not in repr(launch.to_dict())
 
@@ -136,5 +139,5 @@ def test_api_key_never_reaches_argv_or_env():
 )
 def test_bad_services_are_refused_naming_the_variable(hostvars, message):
     with pytest.raises(AcceldeployError) as info:
-        render_host(hostvars)
+        host_launches(hostvars)
     assert message in str(info.value)

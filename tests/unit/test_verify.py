@@ -78,7 +78,7 @@ def test_missing_unit():
 
 
 def test_collect_script_is_valid_python():
-    script, args = hoststate.collect_script(["qwen3-vl"])
+    script, args = hoststate.collect_script(["qwen3-vl"], hoststate.TunedFiles.from_hostvars({}))
     compile(script, "collect", "exec")
     assert json.loads(args[0]) == ["qwen3-vl"]
 

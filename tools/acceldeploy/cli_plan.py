@@ -10,16 +10,16 @@ from typing import Any
 
 from acceldeploy import catalog
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.hostplan import host_launches, plan_host
 from acceldeploy.kvplan import (
     BUDGET_SEMANTICS,
-    DEFAULT_BLOCK_SIZE,
     GIB,
     MemoryBudget,
     kv_layout,
     plan_kv,
 )
 from acceldeploy.modelconfig import ModelArch, load_model_arch
-from acceldeploy.render import render_host
+from acceldeploy.platforms import get_platform, platform_names
 
 
 def _arch(args: argparse.Namespace) -> ModelArch:
@@ -65,7 +65,11 @@ def _table(rows: Sequence[tuple[str, Any]]) -> str:
 
 
 def cmd_kv(args: argparse.Namespace) -> int:
-    block = args.block_size or DEFAULT_BLOCK_SIZE[args.platform]
+    if args.block_size is None and args.platform is None:
+        raise AcceldeployError(
+            f"plan.py kv: give --platform ({', '.join(platform_names())}) or --block-size"
+        )
+    block = args.block_size or get_platform(args.platform).block_size
     layout = kv_layout(_arch(args), args.tp, block, args.kv_cache_dtype, args.dtype)
     available, budget = _available(args)
     result = plan_kv(layout, available, args.max_model_len).to_dict()
@@ -150,7 +154,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     if args.unit:
         return _print_units(host_vars(args.inventory, args.host), args.service)
-    launches = render_host(host_vars(args.inventory, args.host))
+    launches = host_launches(host_vars(args.inventory, args.host))
     if args.service:
         launches = [x for x in launches if x.name == args.service]
         if not launches:
@@ -169,9 +173,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def _print_units(hostvars: dict[str, Any], service: str | None) -> int:
-    from acceldeploy.unit import build_host, render_files
+    from acceldeploy.unit import render_files
 
-    units = [u for u in build_host(hostvars) if service in (None, u.name)]
+    units = [u for u in plan_host(hostvars) if service in (None, u.name)]
     if service and not units:
         raise AcceldeployError(f"no service {service} on this host")
     for unit in units:
@@ -210,9 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("--tp", type=int, default=1, help="tensor parallel size")
     kv.add_argument(
         "--platform",
-        choices=sorted(DEFAULT_BLOCK_SIZE),
-        default="cuda",
-        help="picks the default block size (128 ascend/gaudi, 16 cpu/cuda)",
+        choices=platform_names(),
+        help="picks the default block size ("
+        + ", ".join(f"{p} {get_platform(p).block_size}" for p in platform_names())
+        + "); or give --block-size (vLLM on CUDA: 16)",
     )
     kv.add_argument("--block-size", type=int)
     kv.add_argument("--kv-cache-dtype", default="auto")

@@ -28,23 +28,11 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 
-BLOCK_SIZE = 128
 DEFAULT_MAX_NUM_SEQS = 128  # utils.sh PREFERED_NUM_SEQS
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # utils.sh PREFERED_BATCHED_TOKENS
 DEFAULT_OUTPUT_MAX = 2048  # start_gaudi_vllm_server.sh -o default 4,2048
 RANGE_MIN = 4  # the script's default lower bound of -i and -o
 RECIPE_CACHE_MAX_MB = 16384  # utils.sh set_perf_tuning
-# Seed 004, 1.2.1 (and versions/stacks.yml gaudi.docker_run_args): how the containers start.
-DOCKER_RUN_ARGS = (
-    "--runtime=habana",
-    "-e",
-    "HABANA_VISIBLE_DEVICES=all",
-    "-e",
-    "OMPI_MCA_btl_vader_single_copy_mechanism=none",
-    "--cap-add=sys_nice",
-    "--net=host",
-    "--ipc=host",
-)
 
 
 def ceil(num: int, base: int) -> int:
@@ -67,7 +55,7 @@ class Shape:
     output_max: int
     max_num_seqs: int
     max_num_batched_tokens: int
-    block_size: int = BLOCK_SIZE
+    block_size: int = 128
 
 
 def _pair(value: Any, var: str) -> tuple[int, int]:
@@ -94,14 +82,14 @@ def _positive(value: Any, var: str) -> int:
 def shape_for(
     name: str,
     max_model_len: int,
-    argv: Sequence[str],
-    spec: Mapping[str, Any] | None = None,
-    block_size: int = BLOCK_SIZE,
+    options: Mapping[str, Any],
+    spec: Mapping[str, Any] | None,
+    block_size: int,
 ) -> Shape:
     """The service's shape: `spec` ({input: [min, max], output: [min, max]}, from
     vllm_service_gaudi_shapes[name]) or, without it, output up to min(2048, len // 2) and the
     rest of max_model_len for the input. max_num_seqs / max_num_batched_tokens come from the
-    argv (the service's extra_args) or the script's preferred 128 / 8192."""
+    service's engine options (its extra_args) or the script's preferred 128 / 8192."""
     spec = dict(spec or {})
     var = f"vllm_service_gaudi_shapes.{name}"
     unknown = sorted(set(spec) - {"input", "output"})
@@ -121,31 +109,29 @@ def shape_for(
             f"{max_model_len} (seed 004: -l must cover input + output); lower {var}.input / "
             ".output or raise max_model_len"
         )
-    seqs = _flag(argv, "--max-num-seqs")
-    tokens = _flag(argv, "--max-num-batched-tokens")
+    seqs = option(options, "max-num-seqs")
+    tokens = option(options, "max-num-batched-tokens")
+    var = f"service {name} extra_args"
     return Shape(
         input_min=in_min,
         input_max=in_max,
         output_min=out_min,
         output_max=out_max,
-        max_num_seqs=_positive(seqs, f"service {name} --max-num-seqs")
-        if seqs is not None
-        else DEFAULT_MAX_NUM_SEQS,
-        max_num_batched_tokens=_positive(tokens, f"service {name} --max-num-batched-tokens")
-        if tokens is not None
-        else DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs=DEFAULT_MAX_NUM_SEQS
+        if seqs is None
+        else _positive(seqs, f"{var}.max-num-seqs"),
+        max_num_batched_tokens=DEFAULT_MAX_NUM_BATCHED_TOKENS
+        if tokens is None
+        else _positive(tokens, f"{var}.max-num-batched-tokens"),
         block_size=block_size,
     )
 
 
-def _flag(argv: Sequence[str], flag: str) -> str | None:
-    alt = flag.replace("-", "_").replace("__", "--", 1)
-    for i, arg in enumerate(argv):
-        for name in (flag, alt):
-            if arg == name and i + 1 < len(argv):
-                return argv[i + 1]
-            if arg.startswith(name + "="):
-                return arg.split("=", 1)[1]
+def option(options: Mapping[str, Any], flag: str) -> Any:
+    """An engine option by its flag name, however the inventory spelt it (-/_ and leading --)."""
+    for key, value in options.items():
+        if str(key).lstrip("-").replace("_", "-") == flag:
+            return value
     return None
 
 
@@ -188,13 +174,13 @@ def service_env(shape: Shape, devices: Sequence[int], recipe_cache: str) -> dict
     return env
 
 
-def engine_args(argv: Sequence[str], shape: Shape) -> list[str]:
-    """--max-num-seqs / --max-num-batched-tokens the bucketing assumed, when argv lacks them."""
-    extra: list[str] = []
-    if _flag(argv, "--max-num-seqs") is None:
-        extra += ["--max-num-seqs", str(shape.max_num_seqs)]
-    if _flag(argv, "--max-num-batched-tokens") is None:
-        extra += ["--max-num-batched-tokens", str(shape.max_num_batched_tokens)]
+def engine_options(options: Mapping[str, Any], shape: Shape) -> dict[str, int]:
+    """--max-num-seqs / --max-num-batched-tokens the bucketing assumed, where not set."""
+    extra: dict[str, int] = {}
+    if option(options, "max-num-seqs") is None:
+        extra["max-num-seqs"] = shape.max_num_seqs
+    if option(options, "max-num-batched-tokens") is None:
+        extra["max-num-batched-tokens"] = shape.max_num_batched_tokens
     return extra
 
 
@@ -204,7 +190,7 @@ def docker_argv(
     env_names: Sequence[str],
     mounts: Sequence[tuple[str, str, bool]],
     inner_argv: Sequence[str],
-    run_args: Sequence[str] = DOCKER_RUN_ARGS,
+    run_args: Sequence[str],
     cpuset: tuple[str, int] | None = None,
 ) -> list[str]:
     """`docker run` in the foreground (systemd supervises the CLI; --rm on exit). Values are

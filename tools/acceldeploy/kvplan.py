@@ -19,10 +19,6 @@ from acceldeploy.modelconfig import DTYPE_BYTES, KV_CACHE_DTYPE_BYTES, ModelArch
 
 GIB = 1 << 30
 
-# Default KV block size per platform: vLLM CUDA 16; vllm-ascend, Gaudi and vLLM 0.12's CPU
-# platform (vllm/platforms/cpu.py:181) 128.
-DEFAULT_BLOCK_SIZE = {"ascend": 128, "gaudi": 128, "cpu": 128, "cuda": 16}
-
 BUDGET_SEMANTICS = ("vllm", "vllm-ascend-0.12")
 
 

@@ -1,12 +1,22 @@
-"""Platform profiles: what differs between Ascend, Gaudi and the CPU lab."""
+"""Platforms: everything that differs between Ascend, Gaudi and the CPU lab, in one object.
+
+A `Platform` joins the accelerator profile (data/platforms.yml: block size, device variable and
+nodes, memory budget, default env and flags, device groups, start timeout) with the platform's
+pinned stack (versions/stacks.yml: the vLLM version the services must report, the env scripts,
+the Gaudi image and how its containers start). Every module takes its platform facts from here.
+"""
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.stacks import stack
+
+CONTAINER = "container"
 
 
 @dataclass(frozen=True)
@@ -17,32 +27,52 @@ class Platform:
     device_memory_bytes: int | None
     activation_gib: float
     non_torch_gib: float
-    runtime: str
-    serve_command: tuple[str, ...]
+    runtime: str  # conda | venv | container: how python_env builds the serving env
     smi: str | None
     device_node_pattern: str | None
+    vllm_version: str  # what the services' /version must report (the stack's pin)
+    groups: tuple[str, ...] = ()  # the device nodes' owners the service user joins
+    start_timeout: int = 1800
     env: dict[str, str] = field(default_factory=dict)
     env_scripts: tuple[str, ...] = ()
     device_nodes: tuple[str, ...] = ()
     default_args: dict[str, Any] = field(default_factory=dict)
+    image: str = ""  # container platforms: the image that holds vLLM
+    container_run_args: tuple[str, ...] = ()
+
+    @property
+    def container(self) -> bool:
+        return self.runtime == CONTAINER
 
     def device_paths(self, devices: list[int]) -> list[str]:
         pattern = self.device_node_pattern
         per_device = [pattern.format(index=d) for d in devices] if pattern else []
         return [*self.device_nodes, *per_device]
 
+    def serve_command(self, env_prefix: str | None) -> tuple[str, ...]:
+        """`vllm serve` from the env python_env built (its prefix), or the image's PATH."""
+        if self.container:
+            return ("vllm", "serve")
+        if not env_prefix:
+            raise AcceldeployError(
+                f"platform {self.name}: no Python environment path; set python_env_venv_path "
+                "or python_env_conda_root / python_env_conda_env_path"
+            )
+        return (posixpath.join(env_prefix, "bin", "vllm"), "serve")
+
 
 def platform_names() -> list[str]:
     return sorted(load("platforms"))
 
 
-def get_platform(name: str) -> Platform:
+def get_platform(name: str, stacks_file: str | None = None) -> Platform:
     raw: dict[str, Any] | None = load("platforms").get(name)
     if raw is None:
         raise AcceldeployError(
             f"acceldeploy_platform {name!r} is unknown; set it to one of "
             f"{', '.join(platform_names())}"
         )
+    pins = stack(name, stacks_file or None)
     return Platform(
         name=name,
         block_size=int(raw["block_size"]),
@@ -51,11 +81,15 @@ def get_platform(name: str) -> Platform:
         activation_gib=float(raw["activation_gib"]),
         non_torch_gib=float(raw["non_torch_gib"]),
         runtime=str(raw["runtime"]),
-        serve_command=tuple(str(a) for a in raw["serve_command"]),
         smi=raw["smi"],
         device_node_pattern=raw["device_node_pattern"],
+        vllm_version=str(pins["vllm"]),
+        groups=tuple(str(g) for g in raw["groups"]),
+        start_timeout=int(raw["start_timeout"]),
         env={k: str(v) for k, v in raw["env"].items()},
-        env_scripts=tuple(raw["env_scripts"]),
+        env_scripts=tuple(str(s) for s in pins.get("env_scripts") or ()),
         device_nodes=tuple(raw["device_nodes"]),
         default_args=dict(raw["default_args"]),
+        image=str(pins.get("image") or ""),
+        container_run_args=tuple(str(a) for a in pins.get("docker_run_args") or ()),
     )

@@ -1,25 +1,43 @@
 """Turn (service, platform, model geometry, planner) into the final vLLM argv and env.
 
-Ansible calls this through filter_plugins/acceldeploy.py and `plan.py render` prints it;
-the unit and launcher templates only print what this returns.
+The platform hook (Gaudi's bucketing) works on the typed engine options before any argv
+string exists, so this argv is the one the unit runs. hostplan.py calls it for every
+service of a host; the unit and launcher templates only print what comes out.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from acceldeploy import gaudi
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
 from acceldeploy.modelconfig import ModelArch, load_model_arch
-from acceldeploy.platforms import Platform, get_platform
-from acceldeploy.service import Service, parse_services
+from acceldeploy.platforms import Platform
+from acceldeploy.service import Service
 
 AUTO_LEN_STEP = 1024
 DEFAULT_CEILING = 32768
 SECRET_ENV = "VLLM_API_KEY"
+CACHE_ROOT = "/var/cache/acceldeploy-vllm"
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """What a host's inventory adds to its services: where models and the env live, and the
+    per-service traffic shapes Gaudi's bucketing is sized for."""
+
+    models_root: str = "/models"
+    env_prefix: str | None = None
+    gaudi_shapes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def cache_dir(name: str) -> str:
+    return f"{CACHE_ROOT}/{name}"
 
 
 @dataclass(frozen=True)
@@ -147,20 +165,8 @@ def cli_args(options: dict[str, Any]) -> list[str]:
     return args
 
 
-def render_service(service: Service, platform: Platform, models_root: str) -> Launch:
-    env = dict(platform.env)
-    if platform.device_env and service.devices:
-        env[platform.device_env] = ",".join(str(d) for d in service.devices)
-    env["HF_HUB_OFFLINE"] = "1"
-    env.update(service.env)
-
-    arch = model_arch(service)
-    block = service.block_size or platform.block_size
-    layout = kv_layout(arch, service.tensor_parallel_size, block, service.kv_cache_dtype)
-    available = available_kv_bytes(service, platform, env)
-    length = resolve_max_model_len(service, arch, layout, available)
-
-    path = model_path(models_root, service)
+def engine_options(service: Service, platform: Platform, length: int) -> dict[str, Any]:
+    """The vLLM flags the toolkit owns, the platform's defaults, then the service's extras."""
     options: dict[str, Any] = {
         "served-model-name": service.name,
         "host": service.host,
@@ -185,7 +191,32 @@ def render_service(service: Service, platform: Platform, models_root: str) -> La
             "(or, for api-key, from the vault); set those keys instead"
         )
     options.update(service.extra_args)
+    return options
 
+
+def render_service(service: Service, platform: Platform, context: HostContext) -> Launch:
+    env = dict(platform.env)
+    if platform.device_env and service.devices:
+        env[platform.device_env] = ",".join(str(d) for d in service.devices)
+    env["HF_HUB_OFFLINE"] = "1"
+    env.update(service.env)
+
+    arch = model_arch(service)
+    block = service.block_size or platform.block_size
+    layout = kv_layout(arch, service.tensor_parallel_size, block, service.kv_cache_dtype)
+    available = available_kv_bytes(service, platform, env)
+    length = resolve_max_model_len(service, arch, layout, available)
+    options = engine_options(service, platform, length)
+    if platform.container:
+        # Gaudi: bucketing sized for the service's shape; a value the service sets wins.
+        shape = gaudi.shape_for(
+            service.name, length, options, context.gaudi_shapes.get(service.name), block
+        )
+        recipes = f"{cache_dir(service.name)}/hpu-recipes"
+        env = {**gaudi.service_env(shape, service.devices, recipes), **env}
+        options.update(gaudi.engine_options(options, shape))
+
+    path = model_path(context.models_root, service)
     kv = {
         "bytes_per_token": layout.bytes_per_token,
         "block_size": block,
@@ -197,7 +228,7 @@ def render_service(service: Service, platform: Platform, models_root: str) -> La
     return Launch(
         name=service.name,
         model_path=path,
-        argv=[*platform.serve_command, path, *cli_args(options)],
+        argv=[*platform.serve_command(context.env_prefix), path, *cli_args(options)],
         env=dict(sorted(env.items())),
         secret_env=[SECRET_ENV] if service.api_key else [],
         platform=platform.name,
@@ -210,11 +241,3 @@ def render_service(service: Service, platform: Platform, models_root: str) -> La
         max_model_len=length,
         kv=kv,
     )
-
-
-def render_host(hostvars: dict[str, Any]) -> list[Launch]:
-    """Every service of one host, from its (templated) inventory variables."""
-    platform = get_platform(str(hostvars.get("acceldeploy_platform", "")))
-    services = parse_services(hostvars.get("acceldeploy_services", []), platform.name)
-    root = str(hostvars.get("acceldeploy_models_root", "/models"))
-    return [render_service(s, platform, root) for s in services]

@@ -1,11 +1,11 @@
 """The systemd unit and launcher of a service: the one place that decides their directives.
 
-`build(launch, options)` turns a rendered Launch (render.py) into a ServiceUnit: the unit's
-sections and directives, the launcher (sources the platform's env scripts, then `exec`s
-vLLM, or on Gaudi `docker run`s the Habana container), the secrets file, the readiness URLs
-and the command that checks the argv with the pinned vLLM's own parser. The templates in
-templates/ only print it; Ansible (roles/vllm_service) and `plan.py render --unit` use the
-same templates through `render_files`.
+`build(launch, platform, options)` turns a rendered Launch (render.py) into a ServiceUnit:
+the unit's sections and directives, the launcher (sources the platform's env scripts, then
+`exec`s vLLM, or on Gaudi `docker run`s the Habana container around the same argv), the
+secrets file, the readiness URLs and the command that checks the argv with the pinned vLLM's
+own parser. The templates in templates/ only print it; Ansible (roles/vllm_service) and
+`plan.py render --unit` use the same templates through `render_files`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import json
 import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import gaudi
+from acceldeploy import gaudi, render
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.platforms import Platform
 from acceldeploy.render import Launch
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
@@ -28,19 +29,10 @@ UNIT_TEMPLATE = "vllm.service.j2"
 LAUNCHER_TEMPLATE = "vllm-launcher.sh.j2"
 HEADER = "Managed by acceldeploy (roles/vllm_service); `tools/plan.py render --unit` prints it"
 
-# Device groups the service user joins (the nodes' owners): the Ascend driver's
-# HwHiAiUser; on Gaudi the unit runs the docker CLI, so docker (root-equivalent).
-PLATFORM_GROUPS: dict[str, tuple[str, ...]] = {
-    "ascend": ("HwHiAiUser",),
-    "gaudi": ("docker",),
-    "cpu": (),
-}
-# Model loading (and on Gaudi the warm-up: seed 004 reports ~10 min for a 72B model, an hour
-# for DeepSeek-R1 without the recipe cache) must finish inside TimeoutStartSec.
-START_TIMEOUT: dict[str, int] = {"cpu": 300, "ascend": 1800, "gaudi": 3600}
 WILDCARD = ("0.0.0.0", "::", "")
-# versions/stacks.yml gaudi.image (the gaudi_runtime role records the one it checked).
-GAUDI_IMAGE = "acceldeploy/vllm-fork:aice-v1.22.0"
+UNIT_DIR = "/etc/systemd/system"
+STATE_ROOT = "/var/lib/acceldeploy-vllm"
+READY_PYTHON = "/usr/bin/python3"
 
 # Parsed by vLLM's own `vllm serve` parser and checks, in the host's environment.
 ARGCHECK = """\
@@ -59,46 +51,50 @@ print("vllm accepts the argv")
 
 @dataclass(frozen=True)
 class UnitOptions:
-    """The role's variables (vllm_service_*) that shape units; defaults match the role's."""
+    """The vllm_service role's variables that shape units: field X is `vllm_service_X`
+    (tests/unit/test_unit_render.py checks this against the role's argument specs)."""
 
     user: str = "vllm"
     groups: tuple[str, ...] | None = None  # None: the platform's device groups
-    unit_dir: str = "/etc/systemd/system"
     launcher_dir: str = "/usr/local/libexec/acceldeploy"
     secret_dir: str = "/etc/acceldeploy/secrets"
-    state_root: str = "/var/lib/acceldeploy-vllm"
-    cache_root: str = "/var/cache/acceldeploy-vllm"
-    models_root: str = "/models"
-    ready_python: str = "/usr/bin/python3"
-    start_timeout: int = 0  # 0: START_TIMEOUT of the platform
+    start_timeout: int = 0  # 0: the platform's
     restart_sec: int = 10
     start_limit_burst: int = 3
     # [{device, numa, cpus}] (gaudi_runtime records module_id / numa / cpus)
     topology: tuple[Mapping[str, Any], ...] = ()
-    gaudi_image: str = GAUDI_IMAGE
-    gaudi_run_args: tuple[str, ...] = gaudi.DOCKER_RUN_ARGS
-    gaudi_shapes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    gaudi_image: str = ""  # "": the platform's pinned image
 
     @classmethod
     def from_vars(cls, raw: Mapping[str, Any]) -> UnitOptions:
-        """From {key: value} (the role's vllm_service_unit_options); unknown keys refused."""
+        """From {field: value}; unknown keys refused. None, "" and [] keep the default (the
+        role passes every variable, some empty)."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw) - names)
         if unknown:
             raise AcceldeployError(
                 f"vllm_service unit options {unknown} are unknown; allowed: {sorted(names)}"
             )
-        # None, "" and [] keep the default (the role passes every variable, some empty).
         values: dict[str, Any] = {k: v for k, v in raw.items() if v not in (None, "", [])}
-        for key in ("groups", "gaudi_run_args"):
-            if key in values:
-                values[key] = tuple(str(v) for v in values[key])
+        if "groups" in values:
+            values["groups"] = tuple(str(v) for v in values["groups"])
         if "topology" in values:
             values["topology"] = tuple(dict(t) for t in values["topology"])
         for key in ("start_timeout", "restart_sec", "start_limit_burst"):
             if key in values:
                 values[key] = int(values[key])
         return cls(**values)
+
+    @classmethod
+    def from_hostvars(cls, hostvars: Mapping[str, Any]) -> UnitOptions:
+        return cls.from_vars(
+            {f.name: hostvars.get(var_name(f.name)) for f in dataclasses.fields(cls)}
+        )
+
+
+def var_name(option: str) -> str:
+    """The inventory / role variable of a unit option."""
+    return f"vllm_service_{option}"
 
 
 @dataclass(frozen=True)
@@ -181,41 +177,33 @@ def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[st
     return command
 
 
-def build(launch: Launch, options: UnitOptions | None = None) -> ServiceUnit:
+def build(
+    launch: Launch, platform: Platform, models_root: str, options: UnitOptions | None = None
+) -> ServiceUnit:
     opts = options or UnitOptions()
     name = launch.name
-    state_dir = f"{opts.state_root}/{name}"
-    cache_dir = f"{opts.cache_root}/{name}"
+    state_dir = f"{STATE_ROOT}/{name}"
+    cache_dir = render.cache_dir(name)
     launcher_path = f"{opts.launcher_dir}/{name}.launch"
     ready_path = f"{opts.launcher_dir}/vllm-ready"
     secret_path = f"{opts.secret_dir}/{name}.env" if launch.secret_env else None
-    timeout = opts.start_timeout or START_TIMEOUT.get(launch.platform, 1800)
-    groups = opts.groups if opts.groups is not None else PLATFORM_GROUPS.get(launch.platform, ())
+    timeout = opts.start_timeout or platform.start_timeout
+    groups = opts.groups if opts.groups is not None else platform.groups
     numa = _numa(launch, opts.topology)
-    container = launch.runtime == "container"
+    container = platform.container
 
     argv = list(launch.argv)
-    env = {
-        "HOME": state_dir,
-        "XDG_CACHE_HOME": cache_dir,
-        **launch.env,
-    }
+    env = {"HOME": state_dir, "XDG_CACHE_HOME": cache_dir, **launch.env}
     if container:
-        shape = gaudi.shape_for(
-            name, launch.max_model_len, argv, opts.gaudi_shapes.get(name), gaudi.BLOCK_SIZE
-        )
         recipes = f"{cache_dir}/hpu-recipes"
-        env = {**gaudi.service_env(shape, launch.devices, recipes), **env}
-        argv += gaudi.engine_args(argv, shape)
-        mounts = [(opts.models_root, opts.models_root, False), (recipes, recipes, True)]
-        inner_env = sorted(k for k in env if k not in ("HOME", "XDG_CACHE_HOME"))
+        mounts = [(models_root, models_root, False), (recipes, recipes, True)]
         exec_argv = gaudi.docker_argv(
             name,
-            opts.gaudi_image,
-            [*inner_env, *launch.secret_env],
+            opts.gaudi_image or platform.image,
+            [*sorted(launch.env), *launch.secret_env],
             mounts,
             argv,
-            opts.gaudi_run_args,
+            platform.container_run_args,
             numa,
         )
     else:
@@ -258,7 +246,7 @@ def build(launch: Launch, options: UnitOptions | None = None) -> ServiceUnit:
         ("ExecStart", launcher_path),
         # vLLM opens its port before the engine is ready: the start job (and so
         # `systemctl start`) completes only once /health answers 200.
-        ("ExecStartPost", f"{opts.ready_python} {ready_path} {base_url}/health {timeout}"),
+        ("ExecStartPost", f"{READY_PYTHON} {ready_path} {base_url}/health {timeout}"),
     ]
     if container:
         service.append(("ExecStopPost", f"-/usr/bin/docker rm -f acceldeploy-{name}"))
@@ -287,7 +275,7 @@ def build(launch: Launch, options: UnitOptions | None = None) -> ServiceUnit:
     return ServiceUnit(
         name=name,
         platform=launch.platform,
-        unit_path=f"{opts.unit_dir}/{name}.service",
+        unit_path=f"{UNIT_DIR}/{name}.service",
         launcher_path=launcher_path,
         ready_path=ready_path,
         secret_path=secret_path,
@@ -390,16 +378,3 @@ def render_files(unit: ServiceUnit) -> dict[str, str]:
         unit.unit_path: env.get_template(UNIT_TEMPLATE).render(context),
         unit.launcher_path: env.get_template(LAUNCHER_TEMPLATE).render(context),
     }
-
-
-def build_host(hostvars: Mapping[str, Any]) -> list[ServiceUnit]:
-    """Every service unit of one host from its inventory variables (for plan.py)."""
-    from acceldeploy.render import render_host
-
-    raw = dict(hostvars.get("vllm_service_unit_options") or {})
-    raw.setdefault("models_root", str(hostvars.get("acceldeploy_models_root", "/models")))
-    for key in ("gaudi_image", "gaudi_shapes", "user", "start_timeout"):
-        if f"vllm_service_{key}" in hostvars:
-            raw.setdefault(key, hostvars[f"vllm_service_{key}"])
-    options = UnitOptions.from_vars(raw)
-    return [build(launch, options) for launch in render_host(dict(hostvars))]

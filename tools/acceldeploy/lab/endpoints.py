@@ -7,12 +7,12 @@ import shlex
 import sys
 
 from acceldeploy.inventory import hosts_vars
-from acceldeploy.render import render_host
+from acceldeploy.hostplan import host_launches
 
 
 def main(inventory: str = "inventory/lab/hosts.yml") -> int:
     for host, variables in hosts_vars(inventory).items():
-        for launch in render_host(variables):
+        for launch in host_launches(variables):
             url = f"http://127.0.0.1:{launch.port}"
             body = {"model": launch.name, "messages": [{"role": "user", "content": "Hello"}]}
             print(f"{launch.name} on {host}: {url}   (systemctl status {launch.name} on the host)")

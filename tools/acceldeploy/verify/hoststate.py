@@ -1,8 +1,8 @@
 """Host checks: one SSH round trip collects the facts, pure functions judge them.
 
 What "tuned" means is read from what roles/host_tuning persisted on the host (its GRUB
-drop-in and sysctl files), so verify checks that the persisted settings are in effect
-without a second copy of the role's defaults.
+drop-in and sysctl files, at the paths the host's host_tuning_* variables give), so verify
+checks that the persisted settings are in effect without a second copy of the role's defaults.
 """
 
 from __future__ import annotations
@@ -10,17 +10,37 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from acceldeploy.roledefaults import value
 from acceldeploy.verify.model import Check
 
-GRUB_DROPIN = "/etc/default/grub.d/90-acceldeploy.cfg"
-SYSCTL_GLOB = "/etc/sysctl.d/9*-acceldeploy*.conf"
+
+@dataclass(frozen=True)
+class TunedFiles:
+    """Where host_tuning persisted its settings on this host."""
+
+    grub_dropin: str
+    sysctl_files: tuple[str, ...]
+
+    @classmethod
+    def from_hostvars(cls, hostvars: Mapping[str, Any]) -> TunedFiles:
+        return cls(
+            grub_dropin=str(value(hostvars, "host_tuning_grub_dropin")),
+            sysctl_files=(
+                str(value(hostvars, "host_tuning_sysctl_file")),
+                str(value(hostvars, "host_tuning_hugepages_file")),
+            ),
+        )
+
 
 # Runs on the host with its python3; prints one JSON object. Only reads.
 COLLECT = r"""
 import glob, json, os, subprocess, sys
 units = json.loads(sys.argv[1])
+paths = json.loads(sys.argv[2])
 def run(*argv):
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
@@ -36,8 +56,8 @@ def read(path):
 facts = {
     "cmdline": read("/proc/cmdline") or "",
     "virt": run("systemd-detect-virt", "--container")["out"].strip(),
-    "grub_dropin": read(GRUB_DROPIN),
-    "sysctl_files": {p: read(p) for p in sorted(glob.glob(SYSCTL_GLOB))},
+    "grub_dropin": read(paths["grub_dropin"]),
+    "sysctl_files": {p: read(p) for p in paths["sysctl_files"] if os.path.exists(p)},
     "governors": sorted({(read(p) or "").strip() for p in
                          glob.glob("/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor")}),
     "units": {},
@@ -70,16 +90,14 @@ print(json.dumps(facts))
 """
 
 
-def collect_script(units: list[str]) -> tuple[str, list[str]]:
-    """The script and its arguments (the unit names) for `python3 - ARGS`."""
-    script = COLLECT.replace("GRUB_DROPIN", repr(GRUB_DROPIN)).replace(
-        "SYSCTL_GLOB", repr(SYSCTL_GLOB)
-    )
-    return script, [json.dumps(units)]
+def collect_script(units: list[str], files: TunedFiles) -> tuple[str, list[str]]:
+    """The script and its arguments (the unit names, the tuned files) for `python3 - ARGS`."""
+    paths = {"grub_dropin": files.grub_dropin, "sysctl_files": list(files.sysctl_files)}
+    return COLLECT, [json.dumps(units), json.dumps(paths)]
 
 
-def remote_command(units: list[str]) -> str:
-    script, args = collect_script(units)
+def remote_command(units: list[str], files: TunedFiles) -> str:
+    script, args = collect_script(units, files)
     return "python3 -c " + " ".join(shlex.quote(a) for a in [script, *args])
 
 

@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.hostplan import host_plan
 from acceldeploy.inventory import hosts_vars
-from acceldeploy.render import Launch, model_arch, render_host
-from acceldeploy.service import Service, parse_services
+from acceldeploy.render import Launch, model_arch
+from acceldeploy.service import Service
 from acceldeploy.verify import api, hoststate, memprobe
 from acceldeploy.verify.model import Check
-
-VLLM_VERSION = "0.12.0"
 
 
 @dataclass(frozen=True)
@@ -89,8 +88,11 @@ def _wait_listening(port: int, timeout: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def collect(conn: Any, units: list[str], timeout: float) -> dict[str, Any]:
-    result = conn.run(hoststate.remote_command(units), hide=True, warn=True, timeout=timeout)
+def collect(
+    conn: Any, units: list[str], files: hoststate.TunedFiles, timeout: float
+) -> dict[str, Any]:
+    command = hoststate.remote_command(units, files)
+    result = conn.run(command, hide=True, warn=True, timeout=timeout)
     if result.exited != 0:
         raise AcceldeployError(f"collecting facts failed: {result.stderr.strip()[-300:]}")
     facts: dict[str, Any] = json.loads(result.stdout)
@@ -99,12 +101,13 @@ def collect(conn: Any, units: list[str], timeout: float) -> dict[str, Any]:
 
 def check_host(hostname: str, hv: dict[str, Any], options: Options) -> list[Check]:
     try:
-        launches = render_host(hv)
+        plan = host_plan(hv)
+        launches = plan.launches()
+        files = hoststate.TunedFiles.from_hostvars(hv)
     except AcceldeployError as exc:
         return [Check(hostname, "inventory", "fail", str(exc), "fix the inventory")]
-    platform = str(hv.get("acceldeploy_platform"))
-    specs = parse_services(hv.get("acceldeploy_services", []), platform)
-    services = {s.name: s for s in specs}
+    platform = plan.platform.name
+    services = {s.name: s for s in plan.services}
     try:
         conn = connection(hostname, hv, options.timeout)
         conn.open()
@@ -120,7 +123,7 @@ def check_host(hostname: str, hv: dict[str, Any], options: Options) -> list[Chec
         ]
     checks = [Check(hostname, "ssh", "pass", f"{conn.user}@{conn.host}:{conn.port}")]
     try:
-        facts = collect(conn, [x.name for x in launches], options.timeout)
+        facts = collect(conn, [x.name for x in launches], files, options.timeout)
         checks += hoststate.judge_host(hostname, facts)
         checks += hoststate.judge_devices(hostname, platform, facts.get("smi", {}), launches)
         for launch in launches:
@@ -135,7 +138,7 @@ def check_host(hostname: str, hv: dict[str, Any], options: Options) -> list[Chec
                     host=hostname,
                     service=launch.name,
                     base=base,
-                    expect_version=VLLM_VERSION,
+                    expect_version=plan.platform.vllm_version,
                     multimodal=takes_images(spec),
                     dev_mode=launch.env.get("VLLM_SERVER_DEV_MODE") == "1",
                     api_key=spec.api_key,

@@ -1,0 +1,87 @@
+"""One plan per host: inventory variables in, every service's unit out.
+
+`plan_host(hostvars)` is the one pipeline from a host's variables to its ServiceUnits:
+platform (profile + pinned stack) -> services -> launches (render.py, with the platform hook)
+-> units (unit.py). Preflight, roles/vllm_service, tools/verify.py and `plan.py render` all
+call it, so all four show the same command. `PLAN_VARS` names every variable it reads: the
+roles gather exactly these (`query('ansible.builtin.vars', ...)`), the tools read them from the
+inventory; a variable left unset takes the default its role documents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from acceldeploy.platforms import Platform, get_platform
+from acceldeploy.render import HostContext, Launch, render_service
+from acceldeploy.roledefaults import value
+from acceldeploy.runtimes.python_env import env_prefix
+from acceldeploy.service import Service, parse_services
+from acceldeploy.unit import ServiceUnit, UnitOptions, build, var_name
+
+# python_env's variables that decide where the serving env lives (python_env_<key>).
+ENV_KEYS = ("manager", "venv_path", "conda_root", "conda_env_path", "stacks_file")
+DEFAULT_MODELS_ROOT = "/models"
+PLAN_VARS: tuple[str, ...] = (
+    "acceldeploy_platform",
+    "acceldeploy_services",
+    "acceldeploy_models_root",
+    *(f"python_env_{key}" for key in ENV_KEYS),
+    *(var_name(f.name) for f in dataclasses.fields(UnitOptions)),
+    "vllm_service_gaudi_shapes",
+)
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    platform: Platform
+    services: list[Service]
+    context: HostContext
+    unit_options: UnitOptions
+
+    def launches(self) -> list[Launch]:
+        return [render_service(s, self.platform, self.context) for s in self.services]
+
+    def units(self) -> list[ServiceUnit]:
+        root = self.context.models_root
+        return [build(launch, self.platform, root, self.unit_options) for launch in self.launches()]
+
+
+def _set(hostvars: Mapping[str, Any], name: str) -> Any:
+    """A variable's value, None when unset or empty (the role's default applies)."""
+    value = hostvars.get(name)
+    return None if value in (None, "", [], {}) else value
+
+
+def env_inputs(hostvars: Mapping[str, Any]) -> dict[str, Any]:
+    """python_env's inputs that place the env (the same keys python_env_plan reads); unset
+    ones take python_env's defaults."""
+    inputs = {key: _set(hostvars, f"python_env_{key}") for key in ENV_KEYS}
+    for key, given in inputs.items():
+        if given is None:
+            inputs[key] = value({}, f"python_env_{key}") or None
+    return {"platform": str(hostvars.get("acceldeploy_platform") or ""), **inputs}
+
+
+def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
+    inputs = env_inputs(hostvars)
+    platform = get_platform(inputs["platform"], inputs["stacks_file"])
+    services = parse_services(hostvars.get("acceldeploy_services") or [], platform.name)
+    context = HostContext(
+        models_root=str(_set(hostvars, "acceldeploy_models_root") or DEFAULT_MODELS_ROOT),
+        env_prefix=None if platform.container else env_prefix(inputs),
+        gaudi_shapes=dict(_set(hostvars, "vllm_service_gaudi_shapes") or {}),
+    )
+    return HostPlan(platform, services, context, UnitOptions.from_hostvars(hostvars))
+
+
+def plan_host(hostvars: Mapping[str, Any]) -> list[ServiceUnit]:
+    """Every service unit of one host from its variables."""
+    return host_plan(hostvars).units()
+
+
+def host_launches(hostvars: Mapping[str, Any]) -> list[Launch]:
+    return host_plan(hostvars).launches()

@@ -1,0 +1,68 @@
+"""Accelerator runtimes and the Python environment: parse what the hosts report, decide.
+
+Everything the roles ascend_runtime, gaudi_runtime and python_env decide is here, typed and
+unit-tested against recorded real tool output (tests/data/recorded); Ansible only collects
+raw text on the hosts (the roles' probe modules) and calls these functions through
+filter_plugins/runtime_filters.py. Templates and tasks only print what comes back.
+
+- ``acceldeploy.stacks``: the pinned stack of each platform (versions/stacks.yml).
+- ``versions``: version ordering and the ``key=value`` version files.
+- ``smi``: ``npu-smi info``, ``hl-smi`` (default, ``-Q index,module_id -f csv``,
+  ``topo -c -N``) and hccl_demo output.
+- ``probe``: the verdict the gates build and reading a role's probe.
+- ``ascend``: driver / firmware / CANN version files, options and ``ascend_gate`` (CANN == the
+  pinned vllm-ascend's CANN, driver and firmware compatible, NPUs healthy, device nodes
+  present, optional CANN ``.run`` install plan).
+- ``gaudi``: options, hccl_demo, the Docker daemon's runtimes and ``gaudi_gate`` (driver
+  matches the image's Intel Gaudi software, habana runtime registered, module ids, NUMA
+  nodes, image present or loadable).
+- ``python_env``: ``env_prefix``, ``python_env_plan`` (the exact commands for venv / conda /
+  container, and the key that decides whether the environment is rebuilt) and
+  ``python_env_verify``.
+
+This package re-exports what the roles' filters, ``acceldeploy.verify`` and the lab tests use.
+"""
+
+from __future__ import annotations
+
+from acceldeploy.runtimes.ascend import ascend_fact, ascend_gate, ascend_options
+from acceldeploy.runtimes.gaudi import (
+    docker_daemon_with_runtime,
+    gaudi_fact,
+    gaudi_gate,
+    gaudi_hccl_argv,
+    gaudi_options,
+)
+from acceldeploy.runtimes.probe import service_devices
+from acceldeploy.runtimes.python_env import (
+    RECORD_NAME,
+    env_prefix,
+    python_env_fact,
+    python_env_plan,
+    python_env_verify,
+    record_key,
+)
+from acceldeploy.runtimes.smi import parse_hccl_demo, parse_hl_smi, parse_npu_smi_info
+from acceldeploy.stacks import stack
+
+__all__ = [
+    "RECORD_NAME",
+    "ascend_fact",
+    "ascend_gate",
+    "ascend_options",
+    "docker_daemon_with_runtime",
+    "env_prefix",
+    "gaudi_fact",
+    "gaudi_gate",
+    "gaudi_hccl_argv",
+    "gaudi_options",
+    "parse_hccl_demo",
+    "parse_hl_smi",
+    "parse_npu_smi_info",
+    "python_env_fact",
+    "python_env_plan",
+    "python_env_verify",
+    "record_key",
+    "service_devices",
+    "stack",
+]

@@ -1,0 +1,76 @@
+"""What the runtime gates share: the verdict they build and reading the probe.
+
+A probe is what a role's probe module (library/acceldeploy_probe.py) read on a host: ``files``
+(name -> {path, exists, content}), ``commands`` (name -> {found, rc, stdout, stderr}),
+``paths`` (path -> {exists, chr}) and ``groups`` (name -> exists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Verdict:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def summary(self) -> dict[str, Any]:
+        """The first keys of every gate's result: ok, errors, warnings, message."""
+        return {
+            "ok": self.ok,
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "message": "; ".join(self.errors),
+        }
+
+
+def probed_file(probe: dict[str, Any], name: str) -> tuple[str | None, str]:
+    """(content or None when absent, path) of a probed file."""
+    entry = (probe.get("files") or {}).get(name) or {}
+    content = entry.get("content") if entry.get("exists") else None
+    return (str(content) if content is not None else None), str(entry.get("path") or name)
+
+
+def probed_command(probe: dict[str, Any], name: str) -> dict[str, Any]:
+    return dict((probe.get("commands") or {}).get(name) or {})
+
+
+def output_tail(result: dict[str, Any]) -> str:
+    """The last 300 characters of a failed command's stderr (or stdout)."""
+    return str(result.get("stderr") or result.get("stdout") or "")[-300:].strip()
+
+
+def char_device(probe: dict[str, Any], path: str) -> bool | None:
+    """Whether a probed path is a character device; None when it does not exist."""
+    entry = (probe.get("paths") or {}).get(path)
+    if not entry or not entry.get("exists"):
+        return None
+    return bool(entry.get("chr"))
+
+
+def device_node_errors(probe: dict[str, Any], nodes: list[str], hint: str) -> list[str]:
+    """An error for each device node that is missing (``hint`` says why it may be) or is not
+    a character device."""
+    errors: list[str] = []
+    for node in nodes:
+        state = char_device(probe, node)
+        if state is None:
+            errors.append(f"device node {node} is missing: {hint}")
+        elif not state:
+            errors.append(f"{node} is not a character device")
+    return errors
+
+
+def service_devices(services: list[dict[str, Any]] | None) -> list[int]:
+    """Every device id the services use, sorted, once each."""
+    devices: set[int] = set()
+    for service in services or []:
+        for device in service.get("devices") or []:
+            devices.add(int(device))
+    return sorted(devices)

@@ -1,0 +1,536 @@
+"""The Python environment a host gets: where it lives (``env_prefix``), the exact commands that
+build it for venv / conda / container (``python_env_plan``), the key that decides whether it
+is rebuilt, and the check of what it holds afterwards (``python_env_verify``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.platforms import CONTAINER, get_platform
+from acceldeploy.runtimes.versions import normalize_name
+from acceldeploy.stacks import lock_requirements, stack
+
+MANAGERS = ("conda", "venv", "container")
+# Bumped when the way an environment is built changes (not its pins): forces a rebuild.
+PLAN_FORMAT = 1
+RECORD_NAME = "acceldeploy-env.json"
+VLLM_VERSION_CHECK = "import importlib.metadata as m, vllm; print(m.version('vllm'))"
+REQUIREMENTS_NAME = "acceldeploy-requirements.txt"
+CONSTRAINTS_NAME = "acceldeploy-constraints.txt"
+DEFAULT_VENV = "/opt/acceldeploy/venv"
+DEFAULT_CONDA_ROOT = "/opt/miniforge3"
+
+PIP = ["-m", "pip"]
+PIP_QUIET = ["--disable-pip-version-check", "--no-input", "--no-cache-dir", "--progress-bar", "off"]
+CREDENTIALS = re.compile(r"(?<=://)[^/@\s:]+(?::[^/@\s]*)?@")
+# vllm-ascend's build links against the CANN toolkit's devlib.
+ASCEND_DEVLIB = "/usr/local/Ascend/ascend-toolkit/latest/$(uname -m)-linux/devlib"
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _as_list(value: Any) -> list[str]:
+    if value in (None, ""):
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def _platform_and_manager(options: Mapping[str, Any]) -> tuple[str, str]:
+    """acceldeploy_platform and python_env_manager (default: the platform's ``runtime`` in
+    data/platforms.yml), checked to fit each other."""
+    platform = str(options.get("platform") or "")
+    runtime = get_platform(platform, options.get("stacks_file") or None).runtime
+    manager = str(options.get("manager") or runtime)
+    if manager not in MANAGERS:
+        raise AcceldeployError(
+            f"python_env_manager {manager!r} is unknown; use one of {', '.join(MANAGERS)}"
+        )
+    if (manager == CONTAINER) != (runtime == CONTAINER):
+        raise AcceldeployError(
+            f"python_env_manager {manager} does not fit platform {platform}: Gaudi runs vLLM "
+            "in the container image (container); ascend and cpu use conda or venv"
+        )
+    return platform, manager
+
+
+def _check_url_or_path(name: str, value: str) -> None:
+    if value and not (value.startswith(("http://", "https://", "file://", "/"))):
+        raise AcceldeployError(f"{name} must be an absolute path or an http(s) URL, got {value!r}")
+
+
+def _check_sources(options: Mapping[str, Any]) -> None:
+    """find-links, index and extra indexes are absolute paths or URLs; no_index has links."""
+    for name in ("find_links", "index_url"):
+        for value in _as_list(options.get(name)):
+            _check_url_or_path(f"python_env_{name}", value)
+    for value in _as_list(options.get("extra_index_urls")):
+        _check_url_or_path("python_env_extra_index_urls", value)
+    if options.get("no_index") and not _as_list(options.get("find_links")):
+        raise AcceldeployError(
+            "python_env_no_index is true but python_env_find_links is empty: point it at the "
+            "wheelhouse (a directory on the host or an http(s) URL the controller serves)"
+        )
+
+
+def _extra_packages(options: Mapping[str, Any]) -> list[str]:
+    extra = [str(x) for x in options.get("extra_packages") or []]
+    for pin in extra:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._\[\],-]*==\S+", pin):
+            raise AcceldeployError(f"python_env_extra_packages: {pin!r} is not name==version")
+    return extra
+
+
+def _pip_source_args(options: Mapping[str, Any]) -> list[str]:
+    args: list[str] = []
+    if options.get("no_index"):
+        args.append("--no-index")
+    for link in _as_list(options.get("find_links")):
+        args += ["--find-links", link]
+    if options.get("index_url") and not options.get("no_index"):
+        args += ["--index-url", str(options["index_url"])]
+    if not options.get("no_index"):
+        for url in _as_list(options.get("extra_index_urls")):
+            args += ["--extra-index-url", url]
+    for host in _as_list(options.get("trusted_hosts")):
+        args += ["--trusted-host", host]
+    return args
+
+
+# --------------------------------------------------------------------------------------------
+# Where the environment lives
+
+
+def _conda_root(options: Mapping[str, Any]) -> str:
+    return str(options.get("conda_root") or DEFAULT_CONDA_ROOT)
+
+
+def _prefix(manager: str, entry: Mapping[str, Any], options: Mapping[str, Any]) -> str:
+    """The directory of a venv or conda environment, checked to be a dedicated one."""
+    if manager == "venv":
+        env = str(options.get("venv_path") or DEFAULT_VENV)
+        var = "python_env_venv_path"
+    else:
+        env_name = entry.get("env_name") or "acceldeploy"
+        env = str(options.get("conda_env_path") or f"{_conda_root(options)}/envs/{env_name}")
+        var = (
+            "python_env_conda_env_path"
+            if options.get("conda_env_path")
+            else ("python_env_conda_root")
+        )
+    if not env.startswith("/") or env.rstrip("/") in ("", "/opt", "/usr", "/usr/local"):
+        raise AcceldeployError(
+            f"{var}: the environment path {env!r} must be a dedicated absolute directory"
+        )
+    return env
+
+
+def env_prefix(options: Mapping[str, Any]) -> str | None:
+    """The directory the Python environment lives in for python_env_plan's ``options``
+    (platform, manager, venv_path, conda_root, conda_env_path, stacks_file): venv_path
+    (default /opt/acceldeploy/venv) for venv, conda_env_path or
+    <conda_root>/envs/<the stack's env_name> for conda, None for container."""
+    platform, manager = _platform_and_manager(options)
+    if manager == "container":
+        return None
+    entry = stack(platform, options.get("stacks_file") or None) if manager == "conda" else {}
+    return _prefix(manager, entry, options)
+
+
+# --------------------------------------------------------------------------------------------
+# Build steps
+
+
+def _sourced(scripts: list[str], argv: list[str], ld_extra: str = "") -> list[str]:
+    """argv run after sourcing the Ascend environment scripts (bash -c '...; exec "$@"')."""
+    lines = ["set -e"] + [f"source {shlex.quote(s)}" for s in scripts]
+    if ld_extra:
+        lines.append(f'export LD_LIBRARY_PATH="${{LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}}{ld_extra}"')
+    lines.append('exec "$@"')
+    return ["bash", "-c", "; ".join(lines), "bash", *argv]
+
+
+def _step(name: str, argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"name": name, "argv": argv, "env": env or {}}
+
+
+def _create_argv(manager: str, python: str, env: str, options: Mapping[str, Any]) -> list[str]:
+    """The command that creates the empty venv or conda environment."""
+    if manager == "venv":
+        return [str(options.get("venv_python") or f"/usr/bin/python{python}"), "-m", "venv", env]
+    channels = _as_list(options.get("conda_channels")) or ["conda-forge"]
+    return [
+        f"{_conda_root(options)}/bin/conda",
+        "create",
+        "--yes",
+        "--quiet",
+        "--prefix",
+        env,
+        "--override-channels",
+        *(a for c in channels for a in ("-c", c)),
+        f"python={python}",
+        "pip",
+    ]
+
+
+@dataclass
+class _Build:
+    """What a venv / conda plan installs: the paths and sources the steps use, then the pins,
+    the steps and the check that follow from the platform."""
+
+    env: str
+    options: Mapping[str, Any]
+    entry: dict[str, Any]
+    extra: list[str]
+    env_scripts: list[str]
+    source: list[str] = field(default_factory=list)
+    requirements: list[str] = field(default_factory=list)
+    constraints: list[str] = field(default_factory=list)
+    expect: dict[str, str] = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    verify_argv: list[str] = field(default_factory=list)
+
+    @property
+    def python(self) -> str:
+        return f"{self.env}/bin/python"
+
+    @property
+    def requirements_path(self) -> str:
+        return f"{self.env}/{REQUIREMENTS_NAME}"
+
+    @property
+    def constraints_path(self) -> str:
+        return f"{self.env}/{CONSTRAINTS_NAME}"
+
+    def expect_extra(self) -> None:
+        for pin in self.extra:
+            name, _, version = pin.partition("==")
+            self.expect[normalize_name(name)] = version
+
+
+def _cpu_install(build: _Build) -> None:
+    """The cpu stack: its complete lock, installed with --no-deps."""
+    build.requirements = lock_requirements(build.entry) + build.extra
+    argv = [build.python, *PIP, "install", *PIP_QUIET, "--no-deps", *build.source]
+    build.steps.append(
+        _step(
+            "install the pinned set (--no-deps: the lock is complete)",
+            [*argv, "-r", build.requirements_path],
+        )
+    )
+    for pin in build.requirements:
+        name, _, version = pin.partition("==")
+        build.expect[normalize_name(name)] = version
+
+
+def _ascend_pins(build: _Build) -> None:
+    entry = build.entry
+    build.constraints = [f"torch=={entry['torch']}", f"torch-npu=={entry['torch_npu']}"]
+    build.requirements = [
+        f"vllm=={entry['vllm']}",
+        f"vllm-ascend=={entry['vllm_ascend']}",
+        *build.constraints,
+        *build.extra,
+    ]
+    build.expect = {
+        "torch": str(entry["torch"]),
+        "torch-npu": str(entry["torch_npu"]),
+        "vllm-ascend": str(entry["vllm_ascend"]),
+        "vllm": str(entry["vllm"]),
+    }
+    build.expect_extra()
+
+
+def _pip_install(build: _Build) -> list[str]:
+    return [build.python, *PIP, "install", *PIP_QUIET, "-c", build.constraints_path, *build.source]
+
+
+def _remove_triton(build: _Build) -> dict[str, Any]:
+    return _step(
+        "remove triton (vllm-ascend's Dockerfile: it does not work on Ascend)",
+        [build.python, *PIP, "uninstall", "--yes", "--disable-pip-version-check", "triton"],
+    )
+
+
+def _ascend_wheel_steps(build: _Build) -> list[dict[str, Any]]:
+    install = [*_pip_install(build), "-r", build.requirements_path]
+    return [
+        _step(
+            "install vllm, vllm-ascend, torch, torch-npu (pre-built wheels)",
+            _sourced(build.env_scripts, install, ASCEND_DEVLIB),
+        ),
+        _remove_triton(build),
+    ]
+
+
+def _clone(ref: str, repo: str, dest: str) -> list[str]:
+    return ["git", "clone", "--quiet", "--depth", "1", "--branch", ref, repo, dest]
+
+
+def _ascend_source_steps(build: _Build) -> list[dict[str, Any]]:
+    """vllm-ascend's Dockerfile: vllm without a device backend, then vllm-ascend built with
+    the CANN environment."""
+    entry, options, pip_install = build.entry, build.options, _pip_install(build)
+    src = f"{build.env}/src"
+    vllm_repo = str(options.get("vllm_repo") or entry["vllm_repo"])
+    ascend_repo = str(options.get("vllm_ascend_repo") or entry["vllm_ascend_repo"])
+    ascend = f"{src}/vllm-ascend"
+    submodules = ["submodule", "update", "--init", "--recursive", "--depth", "1"]
+    steps = [
+        _step(
+            f"clone vllm {entry['vllm_ref']}",
+            _clone(str(entry["vllm_ref"]), vllm_repo, f"{src}/vllm"),
+        ),
+        _step(
+            "install vllm without a device backend (VLLM_TARGET_DEVICE=empty)",
+            [*pip_install, "-v", "-e", f"{src}/vllm"],
+            {"VLLM_TARGET_DEVICE": "empty"},
+        ),
+        _remove_triton(build),
+        _step(
+            f"clone vllm-ascend {entry['vllm_ascend_ref']}",
+            _clone(str(entry["vllm_ascend_ref"]), ascend_repo, ascend),
+        ),
+        _step("fetch vllm-ascend's submodules", ["git", "-C", ascend, *submodules]),
+        _step(
+            "build and install vllm-ascend with the CANN environment",
+            _sourced(build.env_scripts, [*pip_install, "-v", "-e", ascend], ASCEND_DEVLIB),
+        ),
+    ]
+    if build.extra:
+        steps.append(_step("install the extra packages", [*pip_install, *build.extra]))
+    return steps
+
+
+def _ascend_install(build: _Build) -> None:
+    """The ascend stack: vllm, vllm-ascend, torch, torch-npu from source or wheels."""
+    install_from = str(build.options.get("install_from") or "source")
+    if install_from not in ("source", "wheels"):
+        raise AcceldeployError(
+            f"python_env_install_from {install_from!r} is unknown; use source or wheels"
+        )
+    _ascend_pins(build)
+    if install_from == "wheels":
+        build.steps += _ascend_wheel_steps(build)
+    else:
+        build.steps += _ascend_source_steps(build)
+    build.verify_argv = _sourced(build.env_scripts, build.verify_argv)
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+
+
+def redact(text: str) -> str:
+    """user:password@ in URLs (internal mirrors) replaced by ***@ for what is shown or recorded."""
+    return CREDENTIALS.sub("***@", text)
+
+
+def _command_line(step: dict[str, Any]) -> str:
+    env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted((step.get("env") or {}).items()))
+    line = shlex.join(str(a) for a in step["argv"])
+    return redact(f"{env} {line}" if env else line)
+
+
+def _finished(steps: list[dict[str, Any]], options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every step with TMPDIR set and its (redacted) command line."""
+    # pip unpacks every wheel under TMPDIR before installing: /tmp is often a small tmpfs.
+    tmp = str(options.get("tmp_dir") or "/var/tmp")
+    steps = [{**s, "env": {"TMPDIR": tmp, **s["env"]}} for s in steps]
+    return [{**s, "command": _command_line(s)} for s in steps]
+
+
+def _key(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def _plan(platform: str, manager: str, build: _Build, identity: dict[str, Any]) -> dict[str, Any]:
+    """The plan python_env_plan returns for a venv or conda environment."""
+    entry, env, py = build.entry, build.env, build.python
+    key = _key(identity)
+    flavour = (
+        f"vllm-ascend {entry['vllm_ascend']}" if platform == "ascend" else f"lock {entry['lock']}"
+    )
+    steps = _finished(build.steps, build.options)
+    env_scripts = build.env_scripts if platform == "ascend" else []
+    return {
+        "platform": platform,
+        "manager": manager,
+        "stack": {k: v for k, v in entry.items() if k != "file"},
+        "env": env,
+        "prefix": env,
+        "python": py,
+        "python_version": identity["python"],
+        "key": key,
+        "record_path": f"{env}/{RECORD_NAME}",
+        "requirements_path": build.requirements_path,
+        "requirements_text": "\n".join(build.requirements) + "\n",
+        "constraints_path": build.constraints_path,
+        "constraints_text": "\n".join(build.constraints) + "\n" if build.constraints else "",
+        "steps": steps,
+        "commands": [s["command"] for s in steps],
+        "expect": build.expect,
+        "vllm_version": str(entry["vllm"]),
+        "verify_argv": build.verify_argv,
+        "env_scripts": env_scripts,
+        "summary": f"{manager} {env} for {platform}: vLLM {entry['vllm']} ({flavour}), "
+        f"key {key[:12]}",
+        "record": {"key": key, **identity, "commands": [s["command"] for s in steps]},
+        "fact": {
+            "platform": platform,
+            "manager": manager,
+            "env": env,
+            "python": py,
+            "key": key,
+            "vllm": str(entry["vllm"]),
+            "env_scripts": env_scripts,
+        },
+    }
+
+
+def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
+    """The environment a host gets: where it lives, the exact commands that build it, what it
+    must contain afterwards, and the key (pins + way of building) that decides a rebuild.
+
+    Sources (index, mirror, find-links) are not part of the key: moving the mirror does not
+    rebuild anything."""
+    platform, manager = _platform_and_manager(options)
+    entry = stack(platform, options.get("stacks_file") or None)
+    _check_sources(options)
+    extra = _extra_packages(options)
+    if manager == "container":
+        return _container_plan(entry, options)
+
+    python = str(entry["python"])
+    env = _prefix(manager, entry, options)
+    env_scripts = [str(s) for s in options.get("env_scripts") or entry.get("env_scripts") or []]
+    build = _Build(env, options, entry, extra, env_scripts, source=_pip_source_args(options))
+    build.steps.append(_step(f"create the {manager}", _create_argv(manager, python, env, options)))
+    # What `vllm --version` prints (the CLI reads the "vllm" distribution's metadata), after
+    # importing vllm: a misnamed or broken install fails here, not at the first `vllm serve`.
+    # The CLI itself imports every subcommand (~10-30 s), too slow for every run.
+    build.verify_argv = [build.python, "-c", VLLM_VERSION_CHECK]
+    if platform == "cpu":
+        _cpu_install(build)
+    else:
+        _ascend_install(build)
+    identity = {
+        "format": PLAN_FORMAT,
+        "platform": platform,
+        "manager": manager,
+        "python": python,
+        "env": env,
+        "requirements": build.requirements,
+        "constraints": build.constraints,
+        "install_from": options.get("install_from") if platform == "ascend" else "lock",
+    }
+    return _plan(platform, manager, build, identity)
+
+
+def _container_plan(entry: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    image = str(options.get("image") or entry["image"])
+    run = ["docker", "run", "--rm", *[str(a) for a in entry["docker_run_args"]]]
+    check = [
+        "docker",
+        "run",
+        "--rm",
+        "--entrypoint",
+        "python3",
+        image,
+        "-c",
+        "import importlib.metadata as m; print(m.version('vllm'))",
+    ]
+    key = _key({"format": PLAN_FORMAT, "image": image, "run": run})
+    return {
+        "platform": "gaudi",
+        "manager": "container",
+        "stack": {k: v for k, v in entry.items() if k != "file"},
+        "env": "",
+        "prefix": None,
+        "python": "",
+        "key": key,
+        "image": image,
+        "run_argv": [*run, image],
+        "run_command": shlex.join([*run, image]),
+        "summary": f"container {image} for gaudi: HabanaAI vllm-fork {entry['vllm_fork_ref']}",
+        "verify_argv": check,
+        "verify_command": shlex.join(check),
+        "steps": [],
+        "commands": [],
+        "expect": {},
+        "vllm_version": "",
+        "env_scripts": [],
+        "fact": {
+            "platform": "gaudi",
+            "manager": "container",
+            "image": image,
+            "run_argv": [*run, image],
+            "key": key,
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# After the build
+
+
+def python_env_verify(
+    plan: dict[str, Any], pip_list: str, vllm_version_output: str = ""
+) -> dict[str, Any]:
+    """Checks ``pip list --format=json`` against the plan's pins (and vLLM's reported version);
+    raises naming every missing or different package."""
+    try:
+        installed = {
+            normalize_name(str(d["name"])): str(d["version"]) for d in json.loads(pip_list or "[]")
+        }
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AcceldeployError(f"cannot read pip list --format=json output: {exc}") from None
+    problems = []
+    for name, version in sorted(plan.get("expect", {}).items()):
+        have = installed.get(name)
+        # vllm built from source carries a local label (0.12.0+empty): PEP 440 '==' ignores it.
+        if have is None:
+            problems.append(f"{name} is not installed (want {version})")
+        elif have != version and have.split("+", 1)[0] != version:
+            problems.append(f"{name} is {have}, want {version}")
+    reported = (
+        vllm_version_output.strip().splitlines()[-1].strip() if vllm_version_output.strip() else ""
+    )
+    want = str(plan.get("vllm_version") or "")
+    if vllm_version_output and want and reported.split("+", 1)[0] != want:
+        problems.append(f"the installed vllm reports {reported!r}, want {want}")
+    if problems:
+        raise AcceldeployError(
+            f"the environment {plan.get('env')} does not hold the pinned stack: "
+            + "; ".join(problems)
+            + " (rerun with -e python_env_force_rebuild=true to recreate it)"
+        )
+    return {"packages": len(installed), "vllm": reported, "ok": True, "installed": installed}
+
+
+def last_line(output: str) -> str:
+    lines = [ln.strip() for ln in (output or "").strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def python_env_fact(plan: dict[str, Any], vllm_output: str = "") -> dict[str, Any]:
+    """The local fact the launcher reads: the plan's fact plus the vLLM version reported."""
+    return {**plan.get("fact", {}), "vllm_reported": last_line(vllm_output)}
+
+
+def record_key(record_text: str) -> str:
+    """The key stored in an environment's record ('' when absent or unreadable)."""
+    try:
+        return str(json.loads(record_text or "{}").get("key") or "")
+    except ValueError:
+        return ""
