@@ -17,6 +17,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.runtimes.probe import (
+    GateRun,
     Verdict,
     device_node_errors,
     output_tail,
@@ -275,14 +276,9 @@ def ascend_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[
 
 
 @dataclass
-class AscendHost:
+class AscendHost(GateRun):
     """One Ascend gate run: its inputs, the verdict so far and what the checks found."""
 
-    probe: dict[str, Any]
-    stack: dict[str, Any]
-    options: dict[str, Any]
-    verdict: Verdict = field(default_factory=Verdict)
-    detected: dict[str, Any] = field(default_factory=dict)
     driver: AscendDriver | None = None
     toolkit: CannToolkit | None = None
     install: list[dict[str, Any]] = field(default_factory=list)
@@ -303,9 +299,6 @@ class AscendHost:
     def wanted(self) -> list[int]:
         """The devices the services use."""
         return sorted(int(d) for d in self.options.get("devices") or [])
-
-    def error(self, message: str) -> None:
-        self.verdict.errors.append(message)
 
 
 def check_driver(host: AscendHost) -> None:

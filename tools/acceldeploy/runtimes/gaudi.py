@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.runtimes.probe import (
-    Verdict,
+    GateRun,
     device_node_errors,
     output_tail,
     probed_command,
@@ -165,14 +165,9 @@ def docker_daemon_with_runtime(
 
 
 @dataclass
-class GaudiHost:
+class GaudiHost(GateRun):
     """One Gaudi gate run: its inputs, the verdict so far and what the checks found."""
 
-    probe: dict[str, Any]
-    stack: dict[str, Any]
-    options: dict[str, Any]
-    verdict: Verdict = field(default_factory=Verdict)
-    detected: dict[str, Any] = field(default_factory=dict)
     info: HlSmi | None = None
     modules: dict[int, int] = field(default_factory=dict)
     topo: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -190,9 +185,6 @@ class GaudiHost:
     @property
     def driver_match(self) -> str:
         return str(self.options.get("driver_match") or "minor")
-
-    def error(self, message: str) -> None:
-        self.verdict.errors.append(message)
 
 
 def check_hl_smi(host: GaudiHost) -> None:

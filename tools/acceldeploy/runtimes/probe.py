@@ -30,6 +30,20 @@ class Verdict:
         }
 
 
+@dataclass
+class GateRun:
+    """One gate run on one host: its inputs, the verdict so far and what the checks found."""
+
+    probe: dict[str, Any]
+    stack: dict[str, Any]
+    options: dict[str, Any]
+    verdict: Verdict = field(default_factory=Verdict)
+    detected: dict[str, Any] = field(default_factory=dict)
+
+    def error(self, message: str) -> None:
+        self.verdict.errors.append(message)
+
+
 def probed_file(probe: dict[str, Any], name: str) -> tuple[str | None, str]:
     """(content or None when absent, path) of a probed file."""
     entry = (probe.get("files") or {}).get(name) or {}
