@@ -92,6 +92,16 @@ def test_api_key_never_reaches_argv_or_env():
     assert "sk-secret" not in repr(launch.to_dict())
 
 
+def test_a_gaudi_service_is_checked_against_the_forks_options():
+    hv = host_vars(str(ROOT / "inventory/examples/gaudi2"), "hpu-01")
+    service = {**hv["acceldeploy_services"][0], "extra_args": {"mm-processor-cache-gb": 0}}
+    with pytest.raises(AcceldeployError, match="not an option of vllm-fork"):
+        host_launches({**hv, "acceldeploy_services": [service]})
+    fork_only = {**service, "extra_args": {"use-padding-aware-scheduling": True}}
+    (launch,) = host_launches({**hv, "acceldeploy_services": [fork_only]})
+    assert "--use-padding-aware-scheduling" in launch.argv
+
+
 @pytest.mark.parametrize(
     ("hostvars", "message"),
     [
@@ -106,8 +116,28 @@ def test_api_key_never_reaches_argv_or_env():
         (base(port=70000), "port must be an integer between 1 and 65535"),
         (base(source="github"), "source must be one of hf, modelscope"),
         (base(maxmodellen=5), "unknown keys ['maxmodellen']"),
-        (base(host="0.0.0.0", env={"VLLM_SERVER_DEV_MODE": "1"}), "VLLM_SERVER_DEV_MODE"),
-        (base(extra_args={"api-key": "x"}), "extra_args ['api-key']"),
+        (
+            base(host="0.0.0.0", api_key="k", env={"VLLM_SERVER_DEV_MODE": "1"}),
+            "VLLM_SERVER_DEV_MODE",
+        ),
+        (base(host="0.0.0.0"), "(qwen3-vl).host is 0.0.0.0 but the service has no api_key"),
+        (base(extra_args={"api-key": "x"}), "extra_args.api-key is set from the service's own"),
+        (base(extra_args={"api_key": "x"}), "extra_args.api_key is set from the service's own"),
+        (base(extra_args={"--API_KEY": "x"}), "set its api_key"),
+        (base(extra_args={"served_model_name": "x"}), "set its name instead"),
+        (base(env={"VLLM_API_KEY": "x"}), "env.VLLM_API_KEY is set by the toolkit"),
+        (base(env={"ASCEND_RT_VISIBLE_DEVICES": "4"}), "use the service's devices instead"),
+        (base(env={"X": {"a": 1}}), "env.X must be a string or number"),
+        (base(memory={"weights_gib": "lots"}), "memory takes non-negative numbers"),
+        (
+            base(extra_args={"max-num-seq": 8}),
+            "acceldeploy_services[0] (qwen3-vl).extra_args.max-num-seq: --max-num-seq is not an "
+            "option of vllm 0.12.0's `vllm serve`; did you mean max-num-seqs?",
+        ),
+        (base(extra_args={"max_num_seqs": -1}), "extra_args.max_num_seqs must be >= 1, got -1"),
+        (base(extra_args={"max-num-seqs": "lots"}), "must be an integer, got 'lots'"),
+        (base(extra_args={"enforce-eager": "yes"}), "enforce-eager is a switch"),
+        (base(extra_args={"dtype": "fp4"}), "extra_args.dtype must be one of auto, bfloat16"),
         (
             {
                 "acceldeploy_platform": "ascend",

@@ -31,6 +31,7 @@ class Platform:
     smi: str | None
     device_node_pattern: str | None
     vllm_version: str  # what the services' /version must report (the stack's pin)
+    engine_options: str  # data/engine-options/<this>.json: the engine's `vllm serve` options
     groups: tuple[str, ...] = ()  # the device nodes' owners the service user joins
     start_timeout: int = 1800
     env: dict[str, str] = field(default_factory=dict)
@@ -84,6 +85,7 @@ def get_platform(name: str, stacks_file: str | None = None) -> Platform:
         smi=raw["smi"],
         device_node_pattern=raw["device_node_pattern"],
         vllm_version=str(pins["vllm"]),
+        engine_options=str(pins["engine_options"]),
         groups=tuple(str(g) for g in raw["groups"]),
         start_timeout=int(raw["start_timeout"]),
         env={k: str(v) for k, v in raw["env"].items()},

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from acceldeploy import gaudi
+from acceldeploy import engineopts, gaudi
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
 from acceldeploy.modelconfig import ModelArch, load_model_arch
+from acceldeploy.modelref import model_dir
 from acceldeploy.platforms import Platform
 from acceldeploy.service import Service
 
@@ -67,7 +68,7 @@ class Launch:
 
 
 def model_path(models_root: str, service: Service) -> str:
-    return f"{models_root.rstrip('/')}/{service.model}@{service.revision or 'main'}"
+    return model_dir(models_root, service.model, service.revision)
 
 
 def model_arch(service: Service) -> ModelArch:
@@ -183,13 +184,8 @@ def engine_options(service: Service, platform: Platform, length: int) -> dict[st
     if service.limit_mm_per_prompt is not None:
         options["limit-mm-per-prompt"] = service.limit_mm_per_prompt
     options.update(platform.default_args)
-    reserved = set(options) - set(platform.default_args) | {"model", "api-key"}
-    clash = sorted(set(str(k).lstrip("-") for k in service.extra_args) & reserved)
-    if clash:
-        raise AcceldeployError(
-            f"service {service.name}: extra_args {clash} are set from the service's own keys "
-            "(or, for api-key, from the vault); set those keys instead"
-        )
+    engine = engineopts.engine_options(platform.engine_options)
+    engine.check(service.extra_args, f"{service.where}.extra_args")
     options.update(service.extra_args)
     return options
 

@@ -1,7 +1,9 @@
 """A service from the inventory (acceldeploy_services[i]), checked and with defaults.
 
 Precedence: the service's own keys, then the catalog's tuned profile for the platform,
-then the defaults below. Every error names the inventory variable and what to set.
+then the defaults below. Every error names the inventory variable and what to set. The model
+keys (model, source, revision, allow_patterns) are parsed by modelref.py, the one parser the
+model_weights role uses too.
 """
 
 from __future__ import annotations
@@ -12,11 +14,36 @@ from typing import Any
 
 from acceldeploy import catalog
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-SOURCES = ("hf", "modelscope")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# vLLM options the toolkit sets from the service's own keys: never through extra_args, however
+# spelt (--api_key, api-key, ...); the value is the key to use instead.
+OWNED_OPTIONS = {
+    "model": "model",
+    "model-tag": "model",
+    "host": "host",
+    "port": "port",
+    "served-model-name": "name",
+    "tensor-parallel-size": "tensor_parallel_size",
+    "tp": "tensor_parallel_size",
+    "max-model-len": "max_model_len",
+    "gpu-memory-utilization": "gpu_memory_utilization",
+    "block-size": "block_size",
+    "kv-cache-dtype": "kv_cache_dtype",
+    "limit-mm-per-prompt": "limit_mm_per_prompt",
+    "api-key": "api_key (kept in a 0600 file, never on the command line)",
+}
+# Environment variables that would override a service key behind the toolkit's back.
+OWNED_ENV = {
+    "VLLM_API_KEY": "api_key (kept in a 0600 file, never in the unit)",
+    "ASCEND_RT_VISIBLE_DEVICES": "devices",
+    "HABANA_VISIBLE_MODULES": "devices",
+    "HABANA_VISIBLE_DEVICES": "devices",
+    "CUDA_VISIBLE_DEVICES": "devices",
+    "HF_HUB_OFFLINE": "nothing: the unit serves the local copy model_weights published",
+}
 
 DEFAULTS: dict[str, Any] = {
     "source": "hf",
@@ -37,6 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "memory": {},
     "api_key": None,
     "allow_dev_mode_on_public_bind": False,
+    "allow_unauthenticated_public_bind": False,
 }
 MEMORY_KEYS = ("weights_gib", "activation_gib", "non_torch_gib")
 
@@ -63,6 +91,8 @@ class Service:
     memory: dict[str, float]
     api_key: str | None
     allow_dev_mode_on_public_bind: bool
+    ref: ModelRef
+    where: str = ""  # how messages name it: acceldeploy_services[i] (name)
     catalog_entry: catalog.CatalogEntry | None = field(default=None, compare=False)
 
     @property
@@ -88,50 +118,41 @@ def _mapping(value: Any, var: str) -> dict[str, Any]:
     return value
 
 
-def parse_service(raw: Any, platform: str, index: int) -> Service:
-    var = f"acceldeploy_services[{index}]"
-    spec = _mapping(raw, var)
+def option_name(key: Any) -> str:
+    """An engine option as vLLM's parser sees it: no leading dashes, '_' read as '-'."""
+    return str(key).lstrip("-").replace("_", "-").lower()
+
+
+def _keys(spec: dict[str, Any], var: str) -> None:
     unknown = sorted(set(spec) - set(DEFAULTS) - {"name", "model"})
     if unknown:
         raise AcceldeployError(
             f"{var} has unknown keys {unknown}; allowed: name, model, {', '.join(DEFAULTS)}"
         )
+
+
+def _name(spec: dict[str, Any], var: str) -> str:
     name = spec.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise AcceldeployError(
             f"{var}.name must be a systemd-safe name (lowercase letters, digits, . _ -), "
             f"got {name!r}"
         )
-    var = f"acceldeploy_services[{index}] ({name})"
-    model = spec.get("model")
-    if not isinstance(model, str) or not MODEL_RE.match(model):
-        raise AcceldeployError(f"{var}.model must look like 'org/name', got {model!r}")
+    return name
 
-    entry = catalog.find(model)
-    tuned = entry.tuned(platform) if entry else {}
+
+def _merge(spec: dict[str, Any], tuned: dict[str, Any], var: str) -> dict[str, Any]:
+    """Defaults < the catalog's tuned profile < the service's keys (mappings merged)."""
     merged: dict[str, Any] = {**DEFAULTS, **tuned, **spec}
     for key in ("extra_args", "env", "memory"):
         merged[key] = {
             **_mapping(tuned.get(key, {}), key),
             **_mapping(spec.get(key, {}), f"{var}.{key}"),
         }
+    return merged
 
-    if merged["source"] not in SOURCES:
-        raise AcceldeployError(
-            f"{var}.source must be one of {', '.join(SOURCES)}, got {merged['source']!r}"
-        )
-    patterns = merged["allow_patterns"]
-    if isinstance(patterns, str):
-        patterns = [patterns]
-    if patterns is not None and (
-        not isinstance(patterns, list)
-        or not patterns
-        or not all(isinstance(p, str) and p for p in patterns)
-    ):
-        raise AcceldeployError(
-            f"{var}.allow_patterns must be a non-empty list of glob patterns such as "
-            f"['*.safetensors', '*.json'], got {merged['allow_patterns']!r}"
-        )
+
+def _devices_and_tp(merged: dict[str, Any], platform: str, var: str) -> tuple[list[int], int]:
     devices = merged["devices"]
     if devices is None:
         devices = [] if platform == "cpu" else [0]
@@ -147,31 +168,70 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
             f"{var}.tensor_parallel_size is {tp} but devices has {len(devices)} entries "
             f"{devices}; list {tp} devices or drop tensor_parallel_size"
         )
-    max_len = merged["max_model_len"]
-    if max_len != "auto":
-        max_len = _int(max_len, f"{var}.max_model_len (or 'auto')", 1)
-    util = merged["gpu_memory_utilization"]
-    if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
-        raise AcceldeployError(f"{var}.gpu_memory_utilization must be in (0, 1], got {util!r}")
+    return devices, tp
+
+
+def _limits(merged: dict[str, Any], var: str) -> dict[str, int] | None:
     mm = merged["limit_mm_per_prompt"]
-    if mm is not None:
-        mm = {
-            str(k): _int(v, f"{var}.limit_mm_per_prompt.{k}", 0)
-            for k, v in _mapping(mm, f"{var}.limit_mm_per_prompt").items()
-        }
-    memory = {k: float(v) for k, v in merged["memory"].items()}
-    bad_memory = sorted(set(memory) - set(MEMORY_KEYS))
-    if bad_memory or any(v < 0 for v in memory.values()):
+    if mm is None:
+        return None
+    return {
+        str(k): _int(v, f"{var}.limit_mm_per_prompt.{k}", 0)
+        for k, v in _mapping(mm, f"{var}.limit_mm_per_prompt").items()
+    }
+
+
+def _memory(merged: dict[str, Any], var: str) -> dict[str, float]:
+    memory = merged["memory"]
+    bad = sorted(set(memory) - set(MEMORY_KEYS))
+    numbers = [v for v in memory.values() if isinstance(v, int | float) and not isinstance(v, bool)]
+    if bad or len(numbers) != len(memory) or any(v < 0 for v in numbers):
         raise AcceldeployError(
-            f"{var}.memory takes non-negative {', '.join(MEMORY_KEYS)}, got {merged['memory']}"
+            f"{var}.memory takes non-negative numbers {', '.join(MEMORY_KEYS)}, got {memory}"
         )
+    return {k: float(v) for k, v in memory.items()}
+
+
+def _env(merged: dict[str, Any], var: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for key, value in merged["env"].items():
+        if str(key).upper() in OWNED_ENV:
+            raise AcceldeployError(
+                f"{var}.env.{key} is set by the toolkit; use the service's "
+                f"{OWNED_ENV[str(key).upper()]} instead"
+            )
+        if isinstance(value, dict | list) or value is None:
+            raise AcceldeployError(f"{var}.env.{key} must be a string or number, got {value!r}")
+        env[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+    return env
+
+
+def _extra_args(merged: dict[str, Any], var: str) -> dict[str, Any]:
+    for key in merged["extra_args"]:
+        owner = OWNED_OPTIONS.get(option_name(key))
+        if owner:
+            raise AcceldeployError(
+                f"{var}.extra_args.{key} is set from the service's own keys; set its "
+                f"{owner} instead"
+            )
+    return dict(merged["extra_args"])
+
+
+def _exposure(merged: dict[str, Any], env: dict[str, str], var: str) -> str:
+    """The bind address, refused beyond loopback without a guard on /v1 or with dev mode."""
     host = merged["host"]
     if not isinstance(host, str) or not host:
         raise AcceldeployError(f"{var}.host must be an address, got {host!r}")
-    env = {str(k): str(v) for k, v in merged["env"].items()}
+    if host in LOOPBACK:
+        return host
+    if not merged["api_key"] and merged["allow_unauthenticated_public_bind"] is not True:
+        raise AcceldeployError(
+            f"{var}.host is {host} but the service has no api_key: anyone who reaches the port "
+            "can use it; set api_key (from the vault), bind 127.0.0.1, or set "
+            "allow_unauthenticated_public_bind: true"
+        )
     if (
         env.get("VLLM_SERVER_DEV_MODE") not in (None, "0")
-        and host not in LOOPBACK
         and merged["allow_dev_mode_on_public_bind"] is not True
     ):
         raise AcceldeployError(
@@ -179,28 +239,57 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
             f"{host}; bind 127.0.0.1, drop VLLM_SERVER_DEV_MODE, or set "
             "allow_dev_mode_on_public_bind: true"
         )
+    return host
+
+
+def _api_key(value: Any, var: str) -> str | None:
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str) or "\n" in value or not value.strip():
+        raise AcceldeployError(f"{var}.api_key must be one line of text (from the vault)")
+    return value
+
+
+def parse_service(raw: Any, platform: str, index: int) -> Service:
+    spec = _mapping(raw, label("acceldeploy_services", index))
+    _keys(spec, label("acceldeploy_services", index))
+    name = _name(spec, label("acceldeploy_services", index))
+    var = label("acceldeploy_services", index, name)
+    entry = catalog.find(parse_model(spec.get("model"), var))
+    merged = _merge(spec, entry.tuned(platform) if entry else {}, var)
+    ref = parse_model_ref(merged, var)
+    devices, tp = _devices_and_tp(merged, platform, var)
+    max_len = merged["max_model_len"]
+    if max_len != "auto":
+        max_len = _int(max_len, f"{var}.max_model_len (or 'auto')", 1)
+    util = merged["gpu_memory_utilization"]
+    if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
+        raise AcceldeployError(f"{var}.gpu_memory_utilization must be in (0, 1], got {util!r}")
+    env = _env(merged, var)
     block = merged["block_size"]
     return Service(
         name=name,
-        model=model,
-        source=merged["source"],
-        revision=None if merged["revision"] is None else str(merged["revision"]),
-        allow_patterns=patterns,
+        model=ref.model,
+        source=ref.source,
+        revision=ref.revision,
+        allow_patterns=None if ref.allow_patterns is None else list(ref.allow_patterns),
         devices=devices,
         tensor_parallel_size=tp,
         port=_int(merged["port"], f"{var}.port", 1, 65535),
-        host=host,
+        host=_exposure(merged, env, var),
         max_model_len=max_len,
         gpu_memory_utilization=float(util),
-        limit_mm_per_prompt=mm,
-        extra_args=merged["extra_args"],
+        limit_mm_per_prompt=_limits(merged, var),
+        extra_args=_extra_args(merged, var),
         env=env,
         model_config=merged["model_config"],
         block_size=None if block is None else _int(block, f"{var}.block_size", 1, 1024),
         kv_cache_dtype=str(merged["kv_cache_dtype"]),
-        memory=memory,
-        api_key=merged["api_key"],
+        memory=_memory(merged, var),
+        api_key=_api_key(merged["api_key"], var),
         allow_dev_mode_on_public_bind=merged["allow_dev_mode_on_public_bind"] is True,
+        ref=ref,
+        where=var,
         catalog_entry=entry,
     )
 

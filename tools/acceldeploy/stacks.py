@@ -25,6 +25,7 @@ REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
         "python",
         "env_name",
         "vllm",
+        "engine_options",
         "vllm_ref",
         "vllm_repo",
         "vllm_ascend",
@@ -36,8 +37,8 @@ REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
         "cann_compatible_drivers",
         "env_scripts",
     ),
-    "gaudi": ("software", "image", "vllm_fork_ref", "vllm", "docker_run_args"),
-    "cpu": ("python", "vllm", "lock"),
+    "gaudi": ("software", "image", "vllm_fork_ref", "vllm", "engine_options", "docker_run_args"),
+    "cpu": ("python", "vllm", "engine_options", "lock"),
 }
 
 

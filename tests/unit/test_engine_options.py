@@ -1,0 +1,136 @@
+"""The recorded ``vllm serve`` options (data/engine-options/*.json) are well-formed.
+
+Pure, except the last test: it rebuilds the vLLM 0.12.0 file in the labenv (skipped
+without it) and wants the committed file byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceldeploy.lab import engine_options
+
+DATA = Path(engine_options.__file__).resolve().parents[1] / "data" / "engine-options"
+VLLM = DATA / "vllm-0.12.0.json"
+FORK = DATA / "vllm-fork-aice-v1.22.0.json"
+FILES = (VLLM, FORK)
+LABENV_PYTHON = Path("/var/cache/acceldeploy/labenv/bin/python")
+
+ENTRY_KEYS = {
+    "action",
+    "choices",
+    "deprecated",
+    "dest",
+    "flags",
+    "nargs",
+    "none_ok",
+    "positional",
+    "takes_value",
+    "type",
+}
+# Flags the toolkit writes or checks itself.
+RELIED_ON = (
+    "--max-model-len",
+    "--tensor-parallel-size",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--gpu-memory-utilization",
+    "--served-model-name",
+    "--api-key",
+    "--limit-mm-per-prompt",
+    "--block-size",
+    "--enforce-eager",
+)
+
+
+def load(path: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return document
+
+
+def flag_index(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {flag: entry for entry in document["options"].values() for flag in entry["flags"]}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_file_is_canonical(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert engine_options.dumps(json.loads(text)) == text
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_entries_well_formed(path: Path) -> None:
+    document = load(path)
+    assert document["engine"] in ("vllm", "vllm-fork")
+    assert isinstance(document["version"], str) and document["version"]
+    assert "engine_options.py" in document["source"]
+    assert document["parser"]["prog"] == "vllm serve"
+    options = document["options"]
+    assert len(options) > 100
+    seen: set[str] = set()
+    for key, entry in options.items():
+        assert set(entry) == ENTRY_KEYS, key
+        assert entry["dest"] and isinstance(entry["dest"], str)
+        assert isinstance(entry["takes_value"], bool)
+        assert entry["takes_value"] == (entry["nargs"] != 0), key
+        assert entry["nargs"] in (None, 0, "?", "*", "+") or isinstance(entry["nargs"], int)
+        assert entry["choices"] is None or (isinstance(entry["choices"], list) and entry["choices"])
+        if entry["positional"]:
+            assert entry["flags"] == [] and key == entry["dest"]
+            continue
+        assert key in entry["flags"] and key.startswith("--")
+        assert all(flag.startswith("-") for flag in entry["flags"])
+        assert not seen & set(entry["flags"]), key
+        seen.update(entry["flags"])
+        if entry["action"] == "boolean_optional":
+            assert entry["flags"][:2] == [key, "--no-" + key[2:]]
+        if entry["action"] in ("store_true", "boolean_optional"):
+            assert not entry["takes_value"] and entry["type"] == "bool"
+    assert options["model_tag"]["positional"] and options["model_tag"]["nargs"] == "?"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_flags_the_toolkit_relies_on(path: Path) -> None:
+    flags = flag_index(load(path))
+    for flag in RELIED_ON:
+        assert flag in flags, flag
+    assert flags["--enforce-eager"]["takes_value"] is False
+    assert flags["--max-model-len"]["takes_value"] is True
+    assert flags["--tensor-parallel-size"]["type"] == "int"
+    assert flags["--max-num-seqs"]["type"] == "int"
+    assert flags["--gpu-memory-utilization"]["type"] == "float"
+    assert flags["--served-model-name"]["nargs"] == "+"
+    assert flags["--limit-mm-per-prompt"]["type"] == "json"
+
+
+def test_vllm_0_12_header_and_flags() -> None:
+    document = load(VLLM)
+    assert document["engine"] == "vllm"
+    assert document["version"].startswith("0.12.0")
+    assert document["source"].startswith("make_arg_parser of vLLM 0.12.0")
+    flags = flag_index(document)
+    assert flags["--mm-processor-cache-gb"]["type"] == "float"
+    assert flags["--no-enforce-eager"] is flags["--enforce-eager"]
+
+
+def test_fork_header_and_flags() -> None:
+    document = load(FORK)
+    assert document["engine"] == "vllm-fork"
+    assert document["repo"] == "HabanaAI/vllm-fork"
+    assert document["branch"] == "aice/v1.22.0"
+    assert document["commit"] == "17a7946f471f972df6e53dcbf31c2ccaa0283ff6"
+    assert "ServeSubcommand" in document["method"]
+    flags = flag_index(document)
+    # The fork predates the multimodal processor cache size: the toolkit must not pass it.
+    assert "--mm-processor-cache-gb" not in flags
+    assert "--disable-mm-preprocessor-cache" in flags
+
+
+@pytest.mark.skipif(not LABENV_PYTHON.exists(), reason="no labenv (vLLM 0.12.0 CPU)")
+def test_vllm_0_12_regenerates_identically() -> None:
+    document = engine_options.installed_document(LABENV_PYTHON)
+    assert engine_options.dumps(document) == VLLM.read_text(encoding="utf-8")

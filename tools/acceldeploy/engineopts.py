@@ -1,0 +1,106 @@
+"""The `vllm serve` options of each platform's engine, checked on the controller.
+
+vLLM's parser accepts abbreviations (`--max-num-seq`) and any number for most flags, so a
+service's `extra_args` are checked here instead, exactly, against the option list recorded from
+the pinned engine's own parser (data/engine-options/, made by tools/acceldeploy/lab/
+engine_options.py: vLLM 0.12.0 for Ascend and the lab, HabanaAI/vllm-fork aice/v1.22.0 for
+Gaudi): unknown or abbreviated flags, values of the wrong type, outside the choices, or outside
+the documented ranges are refused naming the variable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from acceldeploy.data_files import DATA_DIR
+from acceldeploy.errors import AcceldeployError
+
+# Documented lower bounds of flags people tune (vLLM's EngineArgs / SchedulerConfig docs);
+# the parser itself accepts any integer or float.
+MINIMUM: dict[str, float] = {
+    "max-num-seqs": 1,
+    "max-num-batched-tokens": 1,
+    "max-num-partial-prefills": 1,
+    "max-long-partial-prefills": 1,
+    "mm-processor-cache-gb": 0,
+    "swap-space": 0,
+    "cpu-offload-gb": 0,
+    "seed": 0,
+    "max-logprobs": -1,
+    "pipeline-parallel-size": 1,
+    "data-parallel-size": 1,
+}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    engine: str
+    version: str
+    options: Mapping[str, Mapping[str, Any]]  # every spelling of a flag -> its description
+
+    def check(self, extra_args: Mapping[str, Any], var: str) -> None:
+        for key, value in extra_args.items():
+            flag = "--" + str(key).lstrip("-").replace("_", "-")
+            option = self.options.get(flag)
+            if option is None or option.get("positional"):
+                close = difflib.get_close_matches(flag, list(self.options), n=1, cutoff=0.75)
+                hint = f"; did you mean {close[0].removeprefix('--')}?" if close else ""
+                raise AcceldeployError(
+                    f"{var}.{key}: {flag} is not an option of {self.engine} {self.version}'s "
+                    f"`vllm serve`{hint}"
+                )
+            _check_value(flag, option, value, f"{var}.{key}")
+
+
+def _number(value: Any, kind: type) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(kind(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_value(flag: str, option: Mapping[str, Any], value: Any, var: str) -> None:
+    if not option.get("takes_value"):
+        if not isinstance(value, bool) and value is not None:
+            raise AcceldeployError(f"{var} is a switch: set it to true (or false to leave it out)")
+        return
+    if value is None or value is False:
+        return
+    choices = option.get("choices")
+    if choices and str(value) not in [str(c) for c in choices]:
+        raise AcceldeployError(
+            f"{var} must be one of {', '.join(map(str, choices))}, got {value!r}"
+        )
+    kind = {"int": int, "float": float}.get(str(option.get("type")))
+    if kind is None:
+        return
+    number = _number(value, kind)
+    if number is None:
+        raise AcceldeployError(
+            f"{var} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+        )
+    low = MINIMUM.get(flag.removeprefix("--"))
+    if low is not None and number < low:
+        raise AcceldeployError(f"{var} must be >= {low:g}, got {value!r}")
+
+
+@cache
+def engine_options(name: str) -> EngineOptions:
+    """data/engine-options/<name>.json, indexed by every spelling of every flag."""
+    path = DATA_DIR / "engine-options" / f"{name}.json"
+    if not path.is_file():
+        raise AcceldeployError(f"no recorded option list {path}; record it with engine_options.py")
+    data = json.loads(path.read_text())
+    options: dict[str, Mapping[str, Any]] = {}
+    for entry in data["options"].values():
+        for flag in entry.get("flags") or []:
+            if str(flag).startswith("--"):
+                options[str(flag)] = entry
+    return EngineOptions(str(data["engine"]), str(data["version"]), options)
