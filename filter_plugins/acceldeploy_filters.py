@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import hostplan
+from acceldeploy import hostplan, varcheck
 from acceldeploy.ansible_adapter import guard, plain
 from acceldeploy.errors import AcceldeployError
 
@@ -34,9 +34,25 @@ def acceldeploy_repo_path(relative: str) -> str:
     return str(path)
 
 
+def acceldeploy_unknown_variables(names: list[str]) -> list[str]:
+    """Variable names -> a message for each of ours that no role declares (closest name)."""
+    return varcheck.unknown_variables(names)
+
+
+def acceldeploy_variable_pattern(_: Any = None) -> str:
+    """The regex of our variable names, for query('ansible.builtin.varnames', ...)."""
+    return "^(" + "|".join(varcheck.PREFIXES) + ")"
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             f.__name__: guard(f)
-            for f in (acceldeploy_plan_var_names, acceldeploy_host_units, acceldeploy_repo_path)
+            for f in (
+                acceldeploy_plan_var_names,
+                acceldeploy_host_units,
+                acceldeploy_repo_path,
+                acceldeploy_unknown_variables,
+                acceldeploy_variable_pattern,
+            )
         }

@@ -157,7 +157,7 @@ def test_render_example_inventory():
                 "--weights-gib",
                 -1,
             ],
-            "weights memory must be >= 0",
+            "--weights-gib: must not be negative",
         ),
         (
             [

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from acceldeploy import catalog
+from acceldeploy.argtypes import OneLineParser, bounded
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import host_launches, plan_host
 from acceldeploy.kvplan import (
@@ -199,7 +200,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="plan.py", description=__doc__)
+    parser = OneLineParser(prog="plan.py", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     kv = sub.add_parser("kv", help="KV cache size, blocks and the largest max model len")
@@ -211,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="size an architecture missing from the known list as full attention",
     )
-    kv.add_argument("--tp", type=int, default=1, help="tensor parallel size")
+    kv.add_argument("--tp", type=bounded(int, 1, 1024), default=1, help="tensor parallel size")
     kv.add_argument(
         "--platform",
         choices=platform_names(),
@@ -219,24 +220,26 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(f"{p} {get_platform(p).block_size}" for p in platform_names())
         + "); or give --block-size (vLLM on CUDA: 16)",
     )
-    kv.add_argument("--block-size", type=int)
+    kv.add_argument("--block-size", type=bounded(int, 1, 4096))
     kv.add_argument("--kv-cache-dtype", default="auto")
     kv.add_argument("--dtype", default="auto")
-    kv.add_argument("--available-gib", type=float)
-    kv.add_argument("--available-bytes", type=int)
-    kv.add_argument("--total-gib", type=float, help="device memory as vLLM sees it")
-    kv.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    kv.add_argument("--weights-gib", type=float)
-    kv.add_argument("--activation-gib", type=float, default=0.0)
-    kv.add_argument("--non-torch-gib", type=float, default=0.0)
+    kv.add_argument("--available-gib", type=bounded(float, 0))
+    kv.add_argument("--available-bytes", type=bounded(int, 0))
+    kv.add_argument(
+        "--total-gib", type=bounded(float, 0, above=True), help="device memory as vLLM sees it"
+    )
+    kv.add_argument("--gpu-memory-utilization", type=bounded(float, 0, 1, above=True), default=0.9)
+    kv.add_argument("--weights-gib", type=bounded(float, 0))
+    kv.add_argument("--activation-gib", type=bounded(float, 0), default=0.0)
+    kv.add_argument("--non-torch-gib", type=bounded(float, 0), default=0.0)
     kv.add_argument(
         "--other-processes-gib",
-        type=float,
+        type=bounded(float, 0),
         default=0.0,
         help="memory other processes hold (only vllm-ascend-0.12 subtracts it)",
     )
     kv.add_argument("--semantics", choices=BUDGET_SEMANTICS, default="vllm")
-    kv.add_argument("--max-model-len", type=int)
+    kv.add_argument("--max-model-len", type=bounded(int, 1))
     kv.add_argument("--json", action="store_true")
     kv.set_defaults(func=cmd_kv)
 

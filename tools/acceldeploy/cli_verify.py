@@ -7,27 +7,35 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from acceldeploy.argtypes import OneLineParser, bounded
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.verify import report, runner
 from acceldeploy.verify.model import passed
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="verify.py", description=__doc__)
+    parser = OneLineParser(prog="verify.py", description=__doc__)
     parser.add_argument("-i", "--inventory", required=True)
     parser.add_argument("--limit", default="all", help="an Ansible host pattern")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON (schemas/verify-report.schema.json)")
     out.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE")
-    parser.add_argument("--timeout", type=float, default=60.0, help="per network call, seconds")
+    parser.add_argument(
+        "--timeout",
+        type=bounded(float, 0, 3600, above=True),
+        default=60.0,
+        help="per network call, seconds",
+    )
     parser.add_argument(
         "--mm-leak-probe",
-        type=int,
+        type=bounded(int, 0, 10000),
         default=0,
         metavar="N",
         help="send N image requests and report memory before/after/reset",
     )
-    parser.add_argument("--mm-leak-threshold-mib", type=float, default=512.0)
+    parser.add_argument(
+        "--mm-leak-threshold-mib", type=bounded(float, 0, above=True), default=512.0
+    )
     return parser
 
 

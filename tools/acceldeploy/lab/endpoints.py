@@ -6,8 +6,8 @@ import json
 import shlex
 import sys
 
-from acceldeploy.inventory import hosts_vars
 from acceldeploy.hostplan import host_launches
+from acceldeploy.inventory import hosts_vars
 
 
 def main(inventory: str = "inventory/lab/hosts.yml") -> int:

@@ -1,0 +1,40 @@
+"""argparse types that range-check numbers, so a CLI refuses a bad value (exit 2, the flag
+named) before it reads an inventory or contacts a host."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import NoReturn
+
+
+def bounded(
+    kind: type[int] | type[float], low: float, high: float | None = None, *, above: bool = False
+) -> Callable[[str], int | float]:
+    """A type for `low <= x` (`low < x` with above) and `x <= high` when high is given."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            noun = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {noun}, got {text!r}") from None
+        if value != value or (above and value <= low) or (not above and value < low):
+            if low == 0 and not above:
+                raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+            raise argparse.ArgumentTypeError(
+                f"must be {'>' if above else '>='} {low:g}, got {text}"
+            )
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line naming the flag (exit 2), like the tools' other errors."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
