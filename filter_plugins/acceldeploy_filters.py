@@ -39,6 +39,11 @@ def acceldeploy_unknown_variables(names: list[str]) -> list[str]:
     return varcheck.unknown_variables(names)
 
 
+def acceldeploy_type_errors(values: Mapping[str, Any]) -> list[str]:
+    """{variable: value} -> a message for each value that does not fit its argument spec."""
+    return varcheck.type_errors(plain(dict(values)))
+
+
 def acceldeploy_variable_pattern(_: Any = None) -> str:
     """The regex of our variable names, for query('ansible.builtin.varnames', ...)."""
     return "^(" + "|".join(varcheck.PREFIXES) + ")"
@@ -53,6 +58,7 @@ class FilterModule:
                 acceldeploy_host_units,
                 acceldeploy_repo_path,
                 acceldeploy_unknown_variables,
+                acceldeploy_type_errors,
                 acceldeploy_variable_pattern,
             )
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -57,11 +58,19 @@ class EngineOptions:
             _check_value(flag, option, value, f"{var}.{key}")
 
 
-def _number(value: Any, kind: type) -> float | None:
+# vLLM's human_readable_int: 25600, "25.6k" (x1000), "32K" (x1024), "1M", "1G".
+HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kmgKMG]?)$")
+SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def _number(value: Any, kind: str) -> float | None:
     if isinstance(value, bool):
         return None
+    if kind == "human_readable_int":
+        match = HUMAN.match(str(value))
+        return float(match.group(1)) * SCALE[match.group(2)] if match else None
     try:
-        return float(kind(value))
+        return float({"int": int, "float": float}[kind](value))
     except (TypeError, ValueError):
         return None
 
@@ -78,14 +87,19 @@ def _check_value(flag: str, option: Mapping[str, Any], value: Any, var: str) -> 
         raise AcceldeployError(
             f"{var} must be one of {', '.join(map(str, choices))}, got {value!r}"
         )
-    kind = {"int": int, "float": float}.get(str(option.get("type")))
-    if kind is None:
+    kind = str(option.get("type"))
+    if kind not in ("int", "float", "human_readable_int"):
         return
     number = _number(value, kind)
     if number is None:
-        raise AcceldeployError(
-            f"{var} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+        noun = (
+            "a number"
+            if kind == "float"
+            else "an integer (or 32k, 1M)"
+            if "human" in kind
+            else "an integer"
         )
+        raise AcceldeployError(f"{var} must be {noun}, got {value!r}")
     low = MINIMUM.get(flag.removeprefix("--"))
     if low is not None and number < low:
         raise AcceldeployError(f"{var} must be >= {low:g}, got {value!r}")

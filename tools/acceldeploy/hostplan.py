@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from acceldeploy.errors import AcceldeployError
 from acceldeploy.platforms import Platform, get_platform
 from acceldeploy.render import HostContext, Launch, render_service
 from acceldeploy.roledefaults import value
@@ -68,6 +70,12 @@ def env_inputs(hostvars: Mapping[str, Any]) -> dict[str, Any]:
 
 def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
     inputs = env_inputs(hostvars)
+    stacks_file = inputs["stacks_file"]
+    if stacks_file and not Path(str(stacks_file)).is_file():
+        raise AcceldeployError(
+            f"python_env_stacks_file {stacks_file} does not exist; point it at a stacks file "
+            "of the shape of versions/stacks.yml, or leave it empty for that one"
+        )
     platform = get_platform(inputs["platform"], inputs["stacks_file"])
     services = parse_services(hostvars.get("acceldeploy_services") or [], platform.name)
     context = HostContext(

@@ -77,7 +77,7 @@ def model_arch(service: Service) -> ModelArch:
     if service.catalog_entry:
         return service.catalog_entry.arch()
     raise AcceldeployError(
-        f"service {service.name}: model {service.model} is not in the catalog; set "
+        f"{service.where}: model {service.model} is not in the catalog; set "
         "model_config: <path to its config.json> so the planner can size it"
     )
 
@@ -88,7 +88,7 @@ def available_kv_bytes(service: Service, platform: Platform, env: dict[str, str]
         space = env.get("VLLM_CPU_KVCACHE_SPACE", "0")
         if not space.isdigit() or int(space) < 1:
             raise AcceldeployError(
-                f"service {service.name}: env VLLM_CPU_KVCACHE_SPACE must be a whole number of "
+                f"{service.where}: env VLLM_CPU_KVCACHE_SPACE must be a whole number of "
                 f"GiB >= 1 on platform {platform.name}, got {space!r}"
             )
         return int(space) * GIB
@@ -96,7 +96,7 @@ def available_kv_bytes(service: Service, platform: Platform, env: dict[str, str]
     if weights is None:
         if service.catalog_entry is None:
             raise AcceldeployError(
-                f"service {service.name}: set memory.weights_gib (weights per device) for "
+                f"{service.where}: set memory.weights_gib (weights per device) for "
                 f"{service.model}, which is not in the catalog"
             )
         weights = service.catalog_entry.weights_gib(service.tensor_parallel_size)
@@ -118,7 +118,7 @@ def resolve_max_model_len(
         length = largest_fitting_len(layout, available, ceiling, AUTO_LEN_STEP)
         if length < layout.block_size:
             raise AcceldeployError(
-                f"service {service.name}: no KV cache room for even one block "
+                f"{service.where}: no KV cache room for even one block "
                 f"({available / GIB:.2f} GiB available per device); use more devices, raise "
                 "gpu_memory_utilization, or a smaller model"
             )
@@ -131,7 +131,7 @@ def resolve_max_model_len(
     ):
         # vLLM refuses it at start-up (ModelConfig: "greater than the derived max_model_len").
         raise AcceldeployError(
-            f"service {service.name}: max_model_len {service.max_model_len} exceeds the model's "
+            f"{service.where}: max_model_len {service.max_model_len} exceeds the model's "
             f"max_position_embeddings {arch.max_position_embeddings}; set max_model_len to "
             f"{arch.max_position_embeddings} or less (or auto)"
         )
@@ -139,7 +139,7 @@ def resolve_max_model_len(
     if needed > available:
         estimate = layout.estimate_max_model_len(available, service.max_model_len)
         raise AcceldeployError(
-            f"service {service.name}: max_model_len {service.max_model_len} needs "
+            f"{service.where}: max_model_len {service.max_model_len} needs "
             f"{needed / GIB:.2f} GiB KV cache per device but {available / GIB:.2f} GiB is "
             f"available; set max_model_len to {estimate} or less (or auto), raise "
             "gpu_memory_utilization, or add devices"

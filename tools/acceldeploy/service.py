@@ -8,6 +8,7 @@ model_weights role uses too.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,10 +125,13 @@ def option_name(key: Any) -> str:
 
 
 def _keys(spec: dict[str, Any], var: str) -> None:
-    unknown = sorted(set(spec) - set(DEFAULTS) - {"name", "model"})
+    allowed = ["name", "model", *DEFAULTS]
+    unknown = sorted(set(map(str, spec)) - set(allowed))
     if unknown:
+        close = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
         raise AcceldeployError(
-            f"{var} has unknown keys {unknown}; allowed: name, model, {', '.join(DEFAULTS)}"
+            f"{var} has unknown keys {unknown}{hint}; allowed: {', '.join(allowed)}"
         )
 
 
@@ -252,9 +256,9 @@ def _api_key(value: Any, var: str) -> str | None:
 
 def parse_service(raw: Any, platform: str, index: int) -> Service:
     spec = _mapping(raw, label("acceldeploy_services", index))
-    _keys(spec, label("acceldeploy_services", index))
     name = _name(spec, label("acceldeploy_services", index))
     var = label("acceldeploy_services", index, name)
+    _keys(spec, var)
     entry = catalog.find(parse_model(spec.get("model"), var))
     merged = _merge(spec, entry.tuned(platform) if entry else {}, var)
     ref = parse_model_ref(merged, var)

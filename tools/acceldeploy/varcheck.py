@@ -1,12 +1,15 @@
-"""Misspelt variables: any variable with one of our prefixes that nothing declares is refused,
-with the closest real name. What is declared: every role's meta/argument_specs.yml (all entry
-points), its defaults/ and vars/, and the inventory-wide acceldeploy_* variables below."""
+"""The inventory's own variables, checked before any role runs: a variable with one of our
+prefixes that nothing declares is refused with the closest real name, and a value that does
+not fit its argument spec (type, list elements, choices) is refused in plain words. What is
+declared: every role's meta/argument_specs.yml (all entry points), its defaults/ and vars/,
+and the inventory-wide acceldeploy_* variables below."""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
+from typing import Any
 
 import yaml
 
@@ -30,6 +33,18 @@ def _keys(path: str) -> set[str]:
 
 
 @cache
+def specs() -> dict[str, dict[str, Any]]:
+    """Every role variable's argument spec (the first entry point that declares it)."""
+    found: dict[str, dict[str, Any]] = {}
+    for role in ROLES:
+        data = yaml.safe_load((ROLES_DIR / role / "meta/argument_specs.yml").read_text())
+        for entry in data["argument_specs"].values():
+            for name, spec in (entry.get("options") or {}).items():
+                found.setdefault(str(name), dict(spec or {}))
+    return found
+
+
+@cache
 def declared() -> frozenset[str]:
     names = set(INVENTORY_VARS)
     for role in ROLES:
@@ -38,6 +53,60 @@ def declared() -> frozenset[str]:
             names.update(entry.get("options") or {})
         names |= _keys(f"{role}/defaults/main.yml") | _keys(f"{role}/vars/main.yml")
     return frozenset(names)
+
+
+BOOLEAN_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n"}
+KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "str": ("a string", lambda v: isinstance(v, str | int | float) and not isinstance(v, bool)),
+    "path": ("a path", lambda v: isinstance(v, str)),
+    "bool": ("true or false", lambda v: isinstance(v, bool) or str(v).lower() in BOOLEAN_WORDS),
+    "int": ("a whole number", lambda v: not isinstance(v, bool) and _is(int, v)),
+    "float": ("a number", lambda v: not isinstance(v, bool) and _is(float, v)),
+    "list": ("a list", lambda v: isinstance(v, list)),
+    "dict": ("a mapping (key: value)", lambda v: isinstance(v, dict)),
+    "raw": ("anything", lambda v: True),
+}
+
+
+def _is(kind: type, value: Any) -> bool:
+    try:
+        kind(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, list | dict)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def type_errors(values: Mapping[str, Any]) -> list[str]:
+    """One message per variable whose value does not fit its argument spec's type, elements
+    or choices, in plain words (before Ansible's own validation names its internal types)."""
+    known = specs()
+    messages = []
+    for name, value in sorted(values.items()):
+        spec = known.get(name)
+        if spec is None or value is None:
+            continue
+        kind = str(spec.get("type", "str"))
+        noun, fits = KINDS.get(kind, KINDS["raw"])
+        if not fits(value):
+            messages.append(f"{name} must be {noun}, got {_shown(value)}")
+            continue
+        elements = spec.get("elements")
+        if kind == "list" and elements in KINDS:
+            element_noun, element_fits = KINDS[str(elements)]
+            bad = [v for v in value if not element_fits(v)]
+            if bad:
+                messages.append(f"{name} must be a list of {element_noun}s, got {_shown(bad[0])}")
+                continue
+        choices = spec.get("choices")
+        if choices and value not in choices:
+            allowed = ", ".join(map(str, choices))
+            messages.append(f"{name} must be one of {allowed}, got {_shown(value)}")
+    return messages
 
 
 def unknown_variables(names: Iterable[str]) -> list[str]:

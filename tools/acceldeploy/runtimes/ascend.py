@@ -245,6 +245,20 @@ def _check_cann_package_input(
         )
 
 
+def _check_checksums(checksums: Any) -> None:
+    """ascend_runtime_cann_checksums: {toolkit|kernels|nnal: sha256 hex}."""
+    if not isinstance(checksums, dict):
+        raise AcceldeployError(
+            "ascend_runtime_cann_checksums must map toolkit|kernels|nnal to sha256"
+        )
+    for kind, digest in checksums.items():
+        if kind not in CANN_KINDS or not re.fullmatch(r"[0-9a-f]{64}", str(digest).lower()):
+            raise AcceldeployError(
+                f"ascend_runtime_cann_checksums.{kind} must be the sha256 (64 hex digits) of the "
+                f"{'/'.join(CANN_KINDS)} package, got {digest!r}"
+            )
+
+
 def ascend_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[str, Any]:
     """The role's inputs checked without touching a host (validate.yml): devices are ints,
     CANN install needs the three packages of the pinned CANN version; fails naming the
@@ -259,6 +273,7 @@ def ascend_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[
     }
     for kind, src in packages.items():
         _check_cann_package_input(kind, src, inputs, stack_entry)
+    _check_checksums(inputs.get("cann_checksums") or {})
     for name in ("env_scripts", "device_nodes", "cann_install_args"):
         value = inputs.get(name) or []
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

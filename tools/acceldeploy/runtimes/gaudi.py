@@ -97,9 +97,12 @@ def gaudi_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[s
     try:
         minimum = float(minimum)
     except (TypeError, ValueError):
+        minimum = -1.0
+    if minimum < 0:
         raise AcceldeployError(
-            f"gaudi_runtime_hccl_min_nw_gbps must be a number, got {minimum!r}"
-        ) from None
+            f"gaudi_runtime_hccl_min_nw_gbps must be a number >= 0 (GB/s; 0 records only), "
+            f"got {inputs.get('hccl_min_nw_gbps')!r}"
+        )
     return {
         **inputs,
         "driver_match": match,

@@ -1,0 +1,260 @@
+"""Bad input across every stage and both CLIs: each case is refused before any host is contacted,
+in a message that names the variable (or flag) as the user wrote it.
+
+Inventory cases run through the real `playbooks/preflight.yml`, one ansible-playbook run per
+stage with one host per case, every host pointed at a closed port on 127.0.0.1: a task that
+tried to reach a host would report it unreachable, and the tests assert none did."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ASCEND = yaml.safe_load((ROOT / "inventory/examples/ascend-910b/group_vars/all.yml").read_text())
+GAUDI = yaml.safe_load((ROOT / "inventory/examples/gaudi2/group_vars/all.yml").read_text())
+CLOSED = {"ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_connection": "ssh"}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    stage: str  # the preflight step that must refuse it
+    named: str  # what the message must name
+    vars: dict[str, Any] = field(default_factory=dict)
+    service: dict[str, Any] | None = None  # changes to the first service
+    platform: str = "ascend"
+
+
+def svc(case_id: str, named: str, platform: str = "ascend", **changes: Any) -> Case:
+    return Case(case_id, "services", named, service=changes, platform=platform)
+
+
+CASES = [
+    # misspelt or unknown variables with our prefixes
+    Case("hugepage-switch", "names", "host_tuning_hugepages_enabled",
+         {"host_tuning_hugepage_enabled": False}),
+    Case("venvpath", "names", "python_env_venv_path", {"python_env_venvpath": "/srv/env"}),
+    Case("strategy-typo", "names", "model_weights_strategy", {"model_weights_stratgy": "seed"}),
+    Case("service-user", "names", "vllm_service_user", {"vllm_service_usr": "svc"}),
+    Case("platform-typo", "names", "acceldeploy_platform", {"acceldeploy_platfrom": "ascend"}),
+    Case("services-typo", "names", "acceldeploy_services", {"acceldeploy_service": []}),
+    Case("cann-install", "names", "ascend_runtime_cann_install",
+         {"ascend_runtime_cann_instal": True}),
+    Case("gaudi-image", "names", "gaudi_runtime_image", {"gaudi_runtime_imag": "x:1"}),
+    # host_tuning_*
+    Case("ht-hugepages-word", "host_tuning", "host_tuning_hugepages",
+         {"host_tuning_hugepages": "lots"}),
+    Case("ht-hugepages-negative", "host_tuning", "host_tuning_hugepages",
+         {"host_tuning_hugepages": -4}),
+    Case("ht-switch-word", "host_tuning", "host_tuning_sysctls_enabled",
+         {"host_tuning_sysctls_enabled": "maybe"}),
+    Case("ht-max-percent", "host_tuning", "host_tuning_hugepages_max_percent",
+         {"host_tuning_hugepages_max_percent": 150}),
+    Case("ht-reboot-batch", "host_tuning", "host_tuning_reboot_batch",
+         {"host_tuning_reboot_batch": 0}),
+    Case("ht-reboot-timeout", "host_tuning", "host_tuning_reboot_timeout",
+         {"host_tuning_reboot_timeout": -1}),
+    Case("ht-sysctls-list", "host_tuning", "host_tuning_sysctls_extra",
+         {"host_tuning_sysctls_extra": ["vm.swappiness=1"]}),
+    Case("ht-kernel-args", "host_tuning", "host_tuning_kernel_args_extra",
+         {"host_tuning_kernel_args_extra": "iommu=pt"}),
+    Case("ht-grub-dropin", "host_tuning", "host_tuning_grub_dropin",
+         {"host_tuning_grub_dropin": "relative/grub.cfg"}),
+    Case("ht-sysctl-file", "host_tuning", "host_tuning_sysctl_file",
+         {"host_tuning_sysctl_file": "sysctl.conf"}),
+    Case("ht-governor", "host_tuning", "host_tuning_governor",
+         {"host_tuning_governor": "turbo"}),
+    Case("ht-reboot-word", "host_tuning", "host_tuning_reboot", {"host_tuning_reboot": "later"}),
+    Case("ht-units", "host_tuning", "host_tuning_governor_disable_units",
+         {"host_tuning_governor_disable_units": "ondemand"}),
+    Case("ht-redfish-attrs", "host_tuning", "host_tuning_bios_redfish_attributes",
+         {"host_tuning_bios_redfish_attributes": ["C6"]}),
+    # the runtime roles
+    Case("ar-cann-package", "runtime", "ascend_runtime_cann_toolkit_package",
+         {"ascend_runtime_cann_install": True,
+          "ascend_runtime_cann_toolkit_package": "toolkit.zip"}),
+    Case("ar-check-driver", "runtime", "ascend_runtime_check_driver",
+         {"ascend_runtime_check_driver": "sometimes"}),
+    Case("ar-checksums", "runtime", "ascend_runtime_cann_checksums",
+         {"ascend_runtime_cann_checksums": {"toolkit": "abc"}}),
+    Case("gr-driver-match", "runtime", "gaudi_runtime_driver_match",
+         {"gaudi_runtime_driver_match": "major", **{"acceldeploy_platform": "gaudi"},
+          "acceldeploy_services": GAUDI["acceldeploy_services"]}, platform="gaudi"),
+    Case("gr-hccl-gbps", "runtime", "gaudi_runtime_hccl_min_nw_gbps",
+         {"gaudi_runtime_hccl_min_nw_gbps": -5}, platform="gaudi"),
+    Case("gr-image", "runtime", "gaudi_runtime_image",
+         {"gaudi_runtime_image": "not an image ref"}, platform="gaudi"),
+    # python_env_*
+    Case("pe-venv-relative", "python_env", "python_env_venv_path",
+         {"python_env_manager": "venv", "python_env_venv_path": "relative/env"}),
+    Case("pe-manager", "python_env", "python_env_manager", {"python_env_manager": "pipx"}),
+    Case("pe-manager-platform", "python_env", "python_env_manager",
+         {"python_env_manager": "container"}),
+    Case("pe-index-url", "python_env", "python_env_index_url",
+         {"python_env_index_url": "mirrors.example/simple"}),
+    Case("pe-find-links", "python_env", "python_env_find_links",
+         {"python_env_find_links": ["ftp://x"]}),
+    Case("pe-no-index", "python_env", "python_env_no_index",
+         {"python_env_no_index": True, "python_env_find_links": []}),
+    Case("pe-extra-packages", "python_env", "python_env_extra_packages",
+         {"python_env_extra_packages": ["numpy"]}),
+    Case("pe-conda-root", "python_env", "python_env_conda_root",
+         {"python_env_manager": "conda", "python_env_conda_root": "conda"}),
+    Case("pe-stacks-file", "python_env", "python_env_stacks_file",
+         {"python_env_stacks_file": "/nonexistent/stacks.yml"}),
+    Case("pe-install-from", "python_env", "python_env_install_from",
+         {"python_env_install_from": "tarball"}),
+    # model_weights_*
+    Case("mw-strategy", "model_weights", "model_weights_strategy",
+         {"model_weights_strategy": "sometimes"}),
+    Case("mw-verify", "model_weights", "model_weights_verify", {"model_weights_verify": "quick"}),
+    Case("mw-root", "model_weights", "model_weights_root", {"model_weights_root": "models"}),
+    Case("mw-seed-host", "model_weights", "model_weights_seed_host",
+         {"model_weights_strategy": "seed", "model_weights_seed_host": "nowhere-01"}),
+    Case("mw-revision", "model_weights", "revision",
+         {"model_weights_require_revision": True}, service={"revision": None}),
+    Case("mw-shared", "model_weights", "model_weights_shared_storage",
+         {"model_weights_shared_storage": "yes please"}),
+    # services
+    svc("s-platform-unknown", "acceldeploy_platform"),
+    svc("s-model", "acceldeploy_services[0] (qwen3-vl).model", model="qwen3-vl-32b"),
+    svc("s-source", "acceldeploy_services[0] (qwen3-vl).source", source="github"),
+    svc("s-revision", "acceldeploy_services[0] (qwen3-vl).revision", revision="../main"),
+    svc("s-patterns", "acceldeploy_services[0] (qwen3-vl).allow_patterns", allow_patterns=[]),
+    svc("s-devices-twice", "acceldeploy_services[0] (qwen3-vl).devices", devices=[2, 2]),
+    svc("s-device-range", "acceldeploy_services[0] (qwen3-vl).devices[0]", devices=[99, 3]),
+    svc("s-tp", "acceldeploy_services[0] (qwen3-vl).tensor_parallel_size",
+        tensor_parallel_size=4),
+    svc("s-port", "acceldeploy_services[0] (qwen3-vl).port", port=70000),
+    svc("s-port-word", "acceldeploy_services[0] (qwen3-vl).port", port="http"),
+    svc("s-len", "acceldeploy_services[0] (qwen3-vl).max_model_len", max_model_len=-1),
+    svc("s-util", "acceldeploy_services[0] (qwen3-vl).gpu_memory_utilization",
+        gpu_memory_utilization=1.5),
+    svc("s-mm", "acceldeploy_services[0] (qwen3-vl).limit_mm_per_prompt.image",
+        limit_mm_per_prompt={"image": -1}),
+    svc("s-memory", "acceldeploy_services[0] (qwen3-vl).memory", memory={"weights_gib": "lots"}),
+    svc("s-unknown-key", "acceldeploy_services[0] (qwen3-vl)", maxmodellen=4096),
+    svc("s-name", "acceldeploy_services[0].name", name="Qwen3 VL"),
+    svc("s-api-key-arg", "extra_args.api_key", extra_args={"api_key": "sk-planted"}),
+    svc("s-api-key-env", "env.VLLM_API_KEY", env={"VLLM_API_KEY": "sk-planted"}),
+    svc("s-device-env", "env.ASCEND_RT_VISIBLE_DEVICES",
+        env={"ASCEND_RT_VISIBLE_DEVICES": "0,1"}),
+    svc("s-public-bind", "acceldeploy_services[0] (qwen3-vl).host", host="0.0.0.0"),
+    svc("s-abbrev", "extra_args.max-num-seq", extra_args={"max-num-seq": 8}),
+    svc("s-range", "extra_args.max-num-seqs", extra_args={"max-num-seqs": -1}),
+    svc("s-type", "extra_args.max-num-batched-tokens",
+        extra_args={"max-num-batched-tokens": "many"}),
+    svc("s-switch", "extra_args.enforce-eager", extra_args={"enforce-eager": "yes"}),
+    svc("s-env-mapping", "env.X", env={"X": {"nested": 1}}),
+    svc("s-block", "acceldeploy_services[0] (qwen3-vl).block_size", block_size=0),
+    svc("s-fit", "acceldeploy_services[0] (qwen3-vl)", max_model_len=262144),
+    svc("s-gaudi-flag", "extra_args.mm-processor-cache-gb", platform="gaudi",
+        extra_args={"mm-processor-cache-gb": 0}),
+    svc("s-gaudi-shape", "vllm_service_gaudi_shapes.qwen2-5-vl", platform="gaudi"),
+]  # fmt: skip
+
+
+def host_vars(case: Case) -> dict[str, Any]:
+    base = copy.deepcopy(GAUDI if case.platform == "gaudi" else ASCEND)
+    hv: dict[str, Any] = {**base, **CLOSED, **case.vars}
+    if case.id == "s-platform-unknown":
+        hv["acceldeploy_platform"] = "tpu"
+    if case.id == "s-gaudi-shape":
+        hv["vllm_service_gaudi_shapes"] = {"qwen2-5-vl": {"input": [4, 40000]}}
+    if case.service is not None:
+        first = {**hv["acceldeploy_services"][0], **case.service}
+        hv["acceldeploy_services"] = [first, *hv["acceldeploy_services"][1:]]
+    return hv
+
+
+@cache
+def preflight(stage: str, tmp: str) -> dict[str, Any]:
+    cases = [c for c in CASES if c.stage == stage]
+    inventory = Path(tmp) / f"{stage}.yml"
+    hosts = {c.id: host_vars(c) for c in cases}
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+         str(ROOT / "playbooks/preflight.yml")],
+        capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+             "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"},
+    )  # fmt: skip
+    data: dict[str, Any] = json.loads(proc.stdout[proc.stdout.index("{") :])
+    return data
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("battery"))
+
+
+def test_the_battery_is_large_and_covers_every_stage() -> None:
+    stages = {c.stage for c in CASES}
+    assert stages == {"names", "host_tuning", "runtime", "python_env", "model_weights", "services"}
+    assert len(CASES) + len(CLI_CASES) >= 60
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_refused_in_preflight_naming_the_variable(case: Case, tmp: str) -> None:
+    data = preflight(case.stage, tmp)
+    assert [p["play"]["name"] for p in data["plays"]] == [
+        "Preflight - check the inventory before changing any host"
+    ]
+    stats = data["stats"][case.id]
+    assert stats["unreachable"] == 0 and stats["changed"] == 0
+    failed = [
+        str(task["hosts"][case.id].get("msg", ""))
+        for play in data["plays"]
+        for task in play["tasks"]
+        if task["hosts"].get(case.id, {}).get("failed")
+    ]
+    assert len(failed) == 1, f"{case.id} was not refused: {stats}"
+    assert case.named in failed[0], failed[0]
+    for word in ("_AnsibleTagged", "_AnsibleLazy", "Traceback"):
+        assert word not in failed[0]
+    assert "sk-planted" not in json.dumps(data)
+
+
+CLI_CASES = [
+    ("plan.py", ["kv", "--model", "Qwen/Qwen3-8B", "--tp", "0", "--platform", "cpu"], "--tp"),
+    ("plan.py", ["kv", "--model", "Qwen/Qwen3-8B", "--block-size", "-16"], "--block-size"),
+    ("plan.py", ["kv", "--model", "Qwen/Qwen3-8B", "--platform", "cpu",
+                 "--available-gib", "lots"], "--available-gib"),
+    ("plan.py", ["kv", "--model", "Qwen/Qwen3-8B", "--platform", "ascend", "--total-gib", "64",
+                 "--gpu-memory-utilization", "1.5", "--weights-gib", "8"],
+     "--gpu-memory-utilization"),
+    ("plan.py", ["kv", "--model", "Qwen/Qwen3-8B", "--platform", "cpu", "--available-gib", "4",
+                 "--max-model-len", "0"], "--max-model-len"),
+    ("plan.py", ["kv", "--model", "Qwen/Qwen3-8B", "--platform", "tpu"], "--platform"),
+    ("plan.py", ["kv", "--model", "Qwen/Qwen3-8B", "--available-gib", "4"], "--platform"),
+    ("verify.py", ["-i", "inventory/examples/ascend-910b", "--timeout", "-1"], "--timeout"),
+    ("verify.py", ["-i", "inventory/examples/ascend-910b", "--mm-leak-probe", "-3"],
+     "--mm-leak-probe"),
+    ("verify.py", ["-i", "inventory/examples/ascend-910b", "--mm-leak-threshold-mib", "0"],
+     "--mm-leak-threshold-mib"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("tool", "args", "named"), CLI_CASES, ids=[c[2] for c in CLI_CASES])
+def test_cli_refuses_bad_numbers_before_anything_else(tool: str, args: list[str], named: str):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / tool), *args],
+        capture_output=True, text=True, check=False, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], proc.stderr
