@@ -48,6 +48,7 @@ lab-down: venv
 	-$(BIN)/python tools/lab.py wheels stop > /dev/null
 
 test-lab: lab
+	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -m bare tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -m lab tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m e2e tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m labcycle tests/lab
