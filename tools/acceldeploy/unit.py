@@ -177,81 +177,97 @@ def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[st
     return command
 
 
-def build(
-    launch: Launch, platform: Platform, models_root: str, options: UnitOptions | None = None
-) -> ServiceUnit:
-    opts = options or UnitOptions()
-    name = launch.name
-    state_dir = f"{STATE_ROOT}/{name}"
-    cache_dir = render.cache_dir(name)
-    launcher_path = f"{opts.launcher_dir}/{name}.launch"
-    ready_path = f"{opts.launcher_dir}/vllm-ready"
-    secret_path = f"{opts.secret_dir}/{name}.env" if launch.secret_env else None
-    timeout = opts.start_timeout or platform.start_timeout
-    groups = opts.groups if opts.groups is not None else platform.groups
-    numa = _numa(launch, opts.topology)
-    container = platform.container
+@dataclass(frozen=True)
+class _Place:
+    """Where one service's files and state live, and how long it may take to start."""
 
-    argv = list(launch.argv)
-    env = {"HOME": state_dir, "XDG_CACHE_HOME": cache_dir, **launch.env}
-    if container:
-        recipes = f"{cache_dir}/hpu-recipes"
-        mounts = [(models_root, models_root, False), (recipes, recipes, True)]
-        exec_argv = gaudi.docker_argv(
-            name,
-            opts.gaudi_image or platform.image,
-            [*sorted(launch.env), *launch.secret_env],
-            mounts,
-            argv,
-            platform.container_run_args,
-            numa,
+    name: str
+    state_dir: str
+    cache_dir: str
+    launcher_path: str
+    ready_path: str
+    secret_path: str | None
+    base_url: str
+    timeout: int
+
+    @classmethod
+    def of(cls, launch: Launch, platform: Platform, opts: UnitOptions) -> _Place:
+        name = launch.name
+        return cls(
+            name=name,
+            state_dir=f"{STATE_ROOT}/{name}",
+            cache_dir=render.cache_dir(name),
+            launcher_path=f"{opts.launcher_dir}/{name}.launch",
+            ready_path=f"{opts.launcher_dir}/vllm-ready",
+            secret_path=f"{opts.secret_dir}/{name}.env" if launch.secret_env else None,
+            base_url=f"http://{_url_host(launch.host)}:{launch.port}",
+            timeout=opts.start_timeout or platform.start_timeout,
         )
-    else:
-        exec_argv = argv
-    env = dict(sorted(env.items()))
-    for bad in ("PYTHONOPTIMIZE",):
-        if bad in env:
-            raise AcceldeployError(
-                f"service {name}: env {bad} is refused (vLLM relies on assert statements); drop it"
-            )
 
-    base_url = f"http://{_url_host(launch.host)}:{launch.port}"
-    unit: list[tuple[str, str]] = [
-        ("Description", f"vLLM {name}: {launch.model_path} ({launch.platform}) on "
+
+def _exec_argv(
+    launch: Launch, platform: Platform, place: _Place, models_root: str, opts: UnitOptions
+) -> list[str]:
+    """What the launcher execs: vLLM itself, or on Gaudi `docker run` around the same argv."""
+    if not platform.container:
+        return list(launch.argv)
+    recipes = f"{place.cache_dir}/hpu-recipes"
+    return gaudi.docker_argv(
+        launch.name,
+        opts.gaudi_image or platform.image,
+        [*sorted(launch.env), *launch.secret_env],
+        [(models_root, models_root, False), (recipes, recipes, True)],
+        launch.argv,
+        platform.container_run_args,
+        _numa(launch, opts.topology),
+    )
+
+
+def _unit_directives(launch: Launch, place: _Place, opts: UnitOptions) -> list[tuple[str, str]]:
+    return [
+        ("Description", f"vLLM {launch.name}: {launch.model_path} ({launch.platform}) on "
                         f"{launch.host}:{launch.port}"),
         ("After", "network-online.target"),
         ("Wants", "network-online.target"),
         # N failed starts inside N x (start timeout + restart delay) stop the retries.
-        ("StartLimitIntervalSec", str(opts.start_limit_burst * (timeout + opts.restart_sec))),
+        ("StartLimitIntervalSec", str(opts.start_limit_burst * (place.timeout + opts.restart_sec))),
         ("StartLimitBurst", str(opts.start_limit_burst)),
     ]  # fmt: skip
-    service: list[tuple[str, str]] = [
-        ("Type", "exec"),
-        ("User", opts.user),
-        ("Group", opts.user),
-    ]
+
+
+def _service_directives(
+    launch: Launch,
+    platform: Platform,
+    place: _Place,
+    env: dict[str, str],
+    opts: UnitOptions,
+) -> list[tuple[str, str]]:
+    groups = opts.groups if opts.groups is not None else platform.groups
+    docker_rm = f"-/usr/bin/docker rm -f acceldeploy-{launch.name}"
+    out: list[tuple[str, str]] = [("Type", "exec"), ("User", opts.user), ("Group", opts.user)]
     if groups:
-        service.append(("SupplementaryGroups", " ".join(groups)))
-    service += [("Environment", env_value(k, v)) for k, v in env.items()]
-    if secret_path:
-        service.append(("EnvironmentFile", secret_path))
-    service += [
-        ("WorkingDirectory", state_dir),
-        ("StateDirectory", state_dir.removeprefix("/var/lib/")),
-        ("CacheDirectory", cache_dir.removeprefix("/var/cache/")),
+        out.append(("SupplementaryGroups", " ".join(groups)))
+    out += [("Environment", env_value(k, v)) for k, v in env.items()]
+    if place.secret_path:
+        out.append(("EnvironmentFile", place.secret_path))
+    out += [
+        ("WorkingDirectory", place.state_dir),
+        ("StateDirectory", place.state_dir.removeprefix("/var/lib/")),
+        ("CacheDirectory", place.cache_dir.removeprefix("/var/cache/")),
     ]
-    if container:
-        service.append(("ExecStartPre", f"-/usr/bin/docker rm -f acceldeploy-{name}"))
-    service += [
-        ("ExecStart", launcher_path),
+    if platform.container:
+        out.append(("ExecStartPre", docker_rm))
+    out += [
+        ("ExecStart", place.launcher_path),
         # vLLM opens its port before the engine is ready: the start job (and so
         # `systemctl start`) completes only once /health answers 200.
-        ("ExecStartPost", f"{READY_PYTHON} {ready_path} {base_url}/health {timeout}"),
-    ]
-    if container:
-        service.append(("ExecStopPost", f"-/usr/bin/docker rm -f acceldeploy-{name}"))
-    service += [
-        ("TimeoutStartSec", str(timeout)),
+        ("ExecStartPost", f"{READY_PYTHON} {place.ready_path} {place.base_url}/health "
+                          f"{place.timeout}"),
+    ]  # fmt: skip
+    if platform.container:
+        out.append(("ExecStopPost", docker_rm))
+    out += [
+        ("TimeoutStartSec", str(place.timeout)),
         ("TimeoutStopSec", "60"),
         ("KillMode", "mixed"),
         ("Restart", "on-failure"),
@@ -259,38 +275,55 @@ def build(
         ("LimitNOFILE", "65536"),
         ("LimitMEMLOCK", "infinity"),
     ]
-    if numa and not container:
-        service += [
-            ("CPUAffinity", numa[0]),
-            ("NUMAPolicy", "preferred"),
-            ("NUMAMask", str(numa[1])),
-        ]
-    service += hardening(launch, container)
+    numa = _numa(launch, opts.topology)
+    if numa and not platform.container:
+        out += [("CPUAffinity", numa[0]), ("NUMAPolicy", "preferred"), ("NUMAMask", str(numa[1]))]
+    return out + hardening(launch, platform.container)
+
+
+def build(
+    launch: Launch, platform: Platform, models_root: str, options: UnitOptions | None = None
+) -> ServiceUnit:
+    opts = options or UnitOptions()
+    place = _Place.of(launch, platform, opts)
+    env = dict(sorted({"HOME": place.state_dir, "XDG_CACHE_HOME": place.cache_dir,
+                       **launch.env}.items()))  # fmt: skip
+    if "PYTHONOPTIMIZE" in env:
+        raise AcceldeployError(
+            f"service {launch.name}: env PYTHONOPTIMIZE is refused (vLLM relies on assert "
+            "statements); drop it"
+        )
     sections = [
-        {"name": "Unit", "directives": [list(d) for d in unit]},
-        {"name": "Service", "directives": [list(d) for d in service]},
+        {"name": "Unit", "directives": [list(d) for d in _unit_directives(launch, place, opts)]},
+        {
+            "name": "Service",
+            "directives": [
+                list(d) for d in _service_directives(launch, platform, place, env, opts)
+            ],
+        },
         {"name": "Install", "directives": [["WantedBy", "multi-user.target"]]},
     ]
-    check = None if container else argcheck_command(argv, launch.env_scripts)
+    check = None if platform.container else argcheck_command(launch.argv, launch.env_scripts)
+    groups = opts.groups if opts.groups is not None else platform.groups
     return ServiceUnit(
-        name=name,
+        name=launch.name,
         platform=launch.platform,
-        unit_path=f"{UNIT_DIR}/{name}.service",
-        launcher_path=launcher_path,
-        ready_path=ready_path,
-        secret_path=secret_path,
-        state_dir=state_dir,
-        cache_dir=cache_dir,
-        argv=argv,
+        unit_path=f"{UNIT_DIR}/{launch.name}.service",
+        launcher_path=place.launcher_path,
+        ready_path=place.ready_path,
+        secret_path=place.secret_path,
+        state_dir=place.state_dir,
+        cache_dir=place.cache_dir,
+        argv=list(launch.argv),
         env=env,
         secret_env=list(launch.secret_env),
         groups=list(groups),
-        exec_argv=exec_argv,
+        exec_argv=_exec_argv(launch, platform, place, models_root, opts),
         env_scripts=list(launch.env_scripts),
         sections=sections,
-        start_timeout=timeout,
-        health_url=f"{base_url}/health",
-        base_url=base_url,
+        start_timeout=place.timeout,
+        health_url=f"{place.base_url}/health",
+        base_url=place.base_url,
         argcheck=check,
         argcheck_python=None if check is None else check[-4],
         launch=launch.to_dict(),
