@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import struct
@@ -10,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,16 +111,99 @@ def _safe(target: Target, name: str, fix: str, probe: Any) -> Check:
         return _check(target, name, False, f"{type(exc).__name__}: {exc}", fix)
 
 
+def _logs(target: Target) -> str:
+    return f"journalctl -u {target.service}"
+
+
+def _health(target: Target) -> Check:
+    status, raw = request(target, "/health")
+    detail = f"HTTP {status} {raw[:80]!r}"
+    return _check(target, "health", status == 200, detail, _logs(target))
+
+
+def _models(target: Target) -> Check:
+    status, raw = request(target, "/v1/models")
+    names = [m["id"] for m in json.loads(raw)["data"]] if status == 200 else []
+    fix = (
+        "the api_key in the inventory does not match the service's VLLM_API_KEY"
+        if status == 401
+        else f"--served-model-name {target.service}"
+    )
+    return _check(target, "models", target.service in names, f"HTTP {status}, serves {names}", fix)
+
+
+def _version(target: Target) -> Check:
+    status, raw = request(target, "/version")
+    found = json.loads(raw).get("version", "") if status == 200 else ""
+    ok = found.split("+")[0] == target.expect_version
+    detail = f"vLLM {found or status}, pinned {target.expect_version}"
+    return _check(target, "version", ok, detail, "re-run playbooks/runtime.yml")
+
+
+def _chat(target: Target, name: str, content: Any) -> Check:
+    started = time.monotonic()
+    status, raw = request(target, "/v1/chat/completions", chat_body(target, content))
+    if status != 200:
+        return _check(target, name, False, f"HTTP {status}: {raw[:300]!r}", _logs(target))
+    answer = json.loads(raw)
+    text = answer["choices"][0]["message"]["content"] or ""
+    usage = answer.get("usage", {})
+    took = time.monotonic() - started
+    return _check(
+        target,
+        name,
+        usage.get("completion_tokens", 0) > 0,
+        f"{usage.get('prompt_tokens')} prompt / {usage.get('completion_tokens')} "
+        f"completion tokens in {took:.2f}s: {text[:60]!r}",
+        _logs(target),
+    )
+
+
+def _metrics(target: Target) -> Check:
+    status, raw = request(target, "/metrics")
+    usage = KV_USAGE.findall(raw.decode(errors="replace")) if status == 200 else []
+    detail = f"KV cache usage {float(usage[0]):.1%}" if usage else f"HTTP {status}"
+    return _check(target, "metrics", status == 200 and bool(usage), detail, _logs(target))
+
+
+def _dev_endpoint(target: Target, path: str) -> Check:
+    status, _ = request(target, path, method="GET" if path == "/server_info" else "POST")
+    return _check(target, path.strip("/"), status == 200, f"HTTP {status}", _logs(target))
+
+
+def _key_enforced(target: Target) -> Check:
+    status, _ = request(target, "/v1/models", key=None)
+    return _check(
+        target,
+        "api_key",
+        status == 401,
+        f"request without a key got HTTP {status} (401 expected)",
+        "set the service's api_key; vLLM reads VLLM_API_KEY",
+    )
+
+
 def check_api(target: Target) -> list[Check]:
-    logs = f"journalctl -u {target.service}"
-
-    def health() -> Check:
-        status, raw = request(target, "/health")
-        return _check(target, "health", status == 200, f"HTTP {status} {raw[:80]!r}", logs)
-
-    checks = [_safe(target, "health", logs, health)]
+    """/health first (nothing else can pass without it), then every check that applies."""
+    logs = _logs(target)
+    checks = [_safe(target, "health", logs, lambda: _health(target))]
     if checks[0].status == "fail":
         return checks
+    steps: list[tuple[str, Callable[[], Check]]] = [
+        ("models", lambda: _models(target)),
+        ("version", lambda: _version(target)),
+        ("chat_text", lambda: _chat(target, "chat_text", "Say hello.")),
+    ]
+    if target.multimodal:
+        steps.append(("chat_image", lambda: _chat(target, "chat_image", image_content())))
+    steps.append(("metrics", lambda: _metrics(target)))
+    if target.dev_mode:
+        steps += [
+            (path.strip("/"), functools.partial(_dev_endpoint, target, path))
+            for path in ("/server_info", "/reset_prefix_cache", "/reset_mm_cache")
+        ]
+    if target.api_key:
+        steps.append(("api_key", lambda: _key_enforced(target)))
+    return checks + [_safe(target, name, logs, step) for name, step in steps]
 
     def models() -> Check:
         status, raw = request(target, "/v1/models")

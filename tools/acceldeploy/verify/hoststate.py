@@ -123,92 +123,62 @@ def sysctl_wanted(files: dict[str, str | None]) -> dict[str, str]:
     return wanted
 
 
-def judge_host(host: str, facts: dict[str, Any]) -> list[Check]:
-    container = _in_container(facts)
-    checks: list[Check] = []
-
+def _kernel_args(host: str, facts: dict[str, Any], container: bool) -> Check:
     wanted = wanted_kernel_args(facts.get("grub_dropin"))
     if not wanted:
-        checks.append(
-            Check(
-                host, "kernel_args", "skip", "no acceldeploy GRUB drop-in", "run playbooks/host.yml"
-            )
+        return Check(
+            host, "kernel_args", "skip", "no acceldeploy GRUB drop-in", "run playbooks/host.yml"
         )
-    else:
-        missing = [a for a in wanted if a not in facts.get("cmdline", "").split()]
-        if not missing:
-            checks.append(Check(host, "kernel_args", "pass", " ".join(wanted)))
-        elif container:
-            checks.append(
-                Check(
-                    host,
-                    "kernel_args",
-                    "warn",
-                    f"container ({facts['virt']}): kernel command line is the "
-                    f"machine's; persisted {' '.join(wanted)}",
-                )
-            )
-        else:
-            checks.append(
-                Check(
-                    host,
-                    "kernel_args",
-                    "fail",
-                    f"missing {' '.join(missing)}",
-                    "reboot the host (playbooks/host.yml -e host_tuning_reboot=true)",
-                )
-            )
+    missing = [a for a in wanted if a not in facts.get("cmdline", "").split()]
+    if not missing:
+        return Check(host, "kernel_args", "pass", " ".join(wanted))
+    if container:
+        detail = (
+            f"container ({facts['virt']}): kernel command line is the machine's; "
+            f"persisted {' '.join(wanted)}"
+        )
+        return Check(host, "kernel_args", "warn", detail)
+    fix = "reboot the host (playbooks/host.yml -e host_tuning_reboot=true)"
+    return Check(host, "kernel_args", "fail", f"missing {' '.join(missing)}", fix)
 
-    wanted_sysctl = sysctl_wanted(facts.get("sysctl_files", {}))
+
+def _sysctls(host: str, facts: dict[str, Any], container: bool) -> Check:
+    wanted = sysctl_wanted(facts.get("sysctl_files", {}))
     live = facts.get("sysctl_live", {})
-    if not wanted_sysctl:
-        checks.append(
-            Check(host, "sysctls", "skip", "no acceldeploy sysctl files", "run playbooks/host.yml")
+    if not wanted:
+        return Check(
+            host, "sysctls", "skip", "no acceldeploy sysctl files", "run playbooks/host.yml"
         )
-    else:
-        off = {
-            k: (v, live.get(k))
-            for k, v in wanted_sysctl.items()
-            if " ".join(str(live.get(k) or "").split()) != " ".join(v.split())
-        }
-        detail = ", ".join(f"{k}={live_v} (want {want})" for k, (want, live_v) in off.items())
-        if not off:
-            checks.append(
-                Check(
-                    host, "sysctls", "pass", ", ".join(f"{k}={v}" for k, v in wanted_sysctl.items())
-                )
-            )
-        elif container:
-            checks.append(
-                Check(host, "sysctls", "warn", f"container: /proc/sys is the machine's: {detail}")
-            )
-        else:
-            checks.append(
-                Check(
-                    host,
-                    "sysctls",
-                    "fail",
-                    detail,
-                    "sysctl --system, or reboot for vm.nr_hugepages",
-                )
-            )
+    off = {
+        k: (v, live.get(k))
+        for k, v in wanted.items()
+        if " ".join(str(live.get(k) or "").split()) != " ".join(v.split())
+    }
+    detail = ", ".join(f"{k}={live_v} (want {want})" for k, (want, live_v) in off.items())
+    if not off:
+        return Check(host, "sysctls", "pass", ", ".join(f"{k}={v}" for k, v in wanted.items()))
+    if container:
+        return Check(host, "sysctls", "warn", f"container: /proc/sys is the machine's: {detail}")
+    return Check(host, "sysctls", "fail", detail, "sysctl --system, or reboot for vm.nr_hugepages")
 
+
+def _governor(host: str, facts: dict[str, Any]) -> Check:
     governors = facts.get("governors", [])
     if not governors:
-        checks.append(Check(host, "governor", "skip", "no cpufreq in this host"))
-    elif governors == ["performance"]:
-        checks.append(Check(host, "governor", "pass", "performance"))
-    else:
-        checks.append(
-            Check(
-                host,
-                "governor",
-                "fail",
-                f"governors {governors}",
-                "playbooks/host.yml --tags host_tuning_governor",
-            )
-        )
-    return checks
+        return Check(host, "governor", "skip", "no cpufreq in this host")
+    if governors == ["performance"]:
+        return Check(host, "governor", "pass", "performance")
+    fix = "playbooks/host.yml --tags host_tuning_governor"
+    return Check(host, "governor", "fail", f"governors {governors}", fix)
+
+
+def judge_host(host: str, facts: dict[str, Any]) -> list[Check]:
+    container = _in_container(facts)
+    return [
+        _kernel_args(host, facts, container),
+        _sysctls(host, facts, container),
+        _governor(host, facts),
+    ]
 
 
 def judge_unit(host: str, service: str, props: dict[str, Any]) -> list[Check]:
