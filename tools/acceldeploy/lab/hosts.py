@@ -10,8 +10,7 @@ The supervisor (``python -m acceldeploy.lab.hosts supervise RUN_DIR``) runs deta
 own session, mounts the overlay on root/, and runs systemd-nspawn in a loop: exit code 133
 (the container asked for a reboot) starts it again, anything else ends the loop. SIGTERM to
 the supervisor is passed on to systemd-nspawn, which shuts the container down in order.
-Each host lives in its own cgroup (acceldeploy-<host>) in every hierarchy nspawn uses, so
-two containers never share cgroups and everything a host runs can be found and killed.
+Each host has its own cgroups; processes.py finds, stops and kills what a host runs.
 """
 
 from __future__ import annotations
@@ -32,17 +31,27 @@ from types import FrameType
 
 from acceldeploy.lab import prereq, rootfs
 from acceldeploy.lab.inventory import InventoryHost, write_inventory
+from acceldeploy.lab.processes import (
+    HOST_PREFIX,
+    MACHINE_PREFIX,
+    _read_text,
+    cgroup_hosts,
+    join_cgroups,
+    kill_host_processes,
+    nspawn_pids,
+    prune_cgroups,
+    request_stop,
+    supervisor_pid,
+    wait_stopped,
+)
+from acceldeploy.lab.processes import LabError as LabError
 
 DEFAULT_STATE = Path("/run/acceldeploy-lab")
-MACHINE_PREFIX = "acceldeploy-"
-# A second, independent lab on the same machine: its own prefix, state dir and ports.
-HOST_PREFIX = os.environ.get("ACCELDEPLOY_LAB_PREFIX", "lab")
 DEFAULT_HOSTS = 2
 DEFAULT_BASE_PORT = 2201
 REBOOT_EXIT = 133
 BOOT_TIMEOUT = 180.0
 STOP_TIMEOUT = 60.0
-KILL_TIMEOUT = 10.0
 TOOLS_DIR = Path(__file__).resolve().parents[2]
 REPO_ROOT = TOOLS_DIR.parent
 DEFAULT_INVENTORY = REPO_ROOT / "inventory" / "lab" / "hosts.yml"
@@ -59,10 +68,6 @@ SSH_OPTIONS = (
 )
 
 Say = Callable[[str], None]
-
-
-class LabError(Exception):
-    pass
 
 
 def say_stdout(message: str) -> None:
@@ -213,13 +218,6 @@ def host_index(name: str) -> int:
     return int(match.group(1))
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
 def _write_atomic(path: Path, content: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -231,124 +229,6 @@ def _write_atomic(path: Path, content: str, mode: int = 0o644) -> None:
 def _tail(path: Path, lines: int = 20) -> str:
     text = _read_text(path) or ""
     return "\n".join(f"    {line}" for line in text.splitlines()[-lines:])
-
-
-def pid_alive(pid: int) -> bool:
-    stat = _read_text(Path(f"/proc/{pid}/stat"))
-    if stat is None:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def _cmdline(pid: int) -> list[str]:
-    raw = _read_text(Path(f"/proc/{pid}/cmdline"))
-    return raw.rstrip("\0").split("\0") if raw else []
-
-
-def _read_pid(path: Path) -> int | None:
-    text = _read_text(path)
-    try:
-        return int(text) if text else None
-    except ValueError:
-        return None
-
-
-def supervisor_pid(run: Path) -> int | None:
-    """The pid of the host's live supervisor, checked against its command line."""
-    pid = _read_pid(run / "supervisor.pid")
-    if pid is None or not pid_alive(pid):
-        return None
-    argv = _cmdline(pid)
-    if "supervise" in argv and str(run) in argv:
-        return pid
-    return None
-
-
-def nspawn_pids(machine: str | None = None) -> dict[int, str]:
-    """systemd-nspawn processes of lab machines (all of them, or the one named)."""
-    found: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        argv = _cmdline(int(entry.name))
-        if not argv or Path(argv[0]).name != "systemd-nspawn":
-            continue
-        for arg in argv[1:]:
-            name = arg.removeprefix("--machine=")
-            if name == arg or not name.startswith(MACHINE_PREFIX + HOST_PREFIX):
-                continue
-            if machine is None or name == machine:
-                found[int(entry.name)] = name
-    return found
-
-
-def _cgroup_roots() -> list[Path]:
-    """The unified (cgroup2) hierarchy and, on hybrid hosts, the v1 name=systemd one."""
-    unified: Path | None = None
-    named: Path | None = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        head, _, tail = line.partition(" - ")
-        fstype, _, rest = tail.partition(" ")
-        point = Path(rootfs._unescape_mountinfo(head.split(" ")[4]))
-        if fstype == "cgroup2" and unified is None:
-            unified = point
-        elif fstype == "cgroup" and "name=systemd" in rest.split(" ")[-1].split(",") and not named:
-            named = point
-    return [p for p in (unified, named) if p is not None]
-
-
-def host_cgroups(machine: str) -> list[Path]:
-    return [root / machine for root in _cgroup_roots()]
-
-
-def join_cgroups(machine: str) -> None:
-    for group in host_cgroups(machine):
-        group.mkdir(exist_ok=True)
-        (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
-
-
-def cgroup_pids(machine: str) -> set[int]:
-    pids: set[int] = set()
-    for group in host_cgroups(machine):
-        if not group.is_dir():
-            continue
-        for dirpath, _, _ in os.walk(group):
-            procs = _read_text(Path(dirpath) / "cgroup.procs") or ""
-            pids.update(int(p) for p in procs.split())
-    return pids
-
-
-def prune_cgroups(machine: str, keep_top: bool) -> None:
-    for group in host_cgroups(machine):
-        if not group.is_dir():
-            continue
-        for dirpath, _, _ in sorted(os.walk(group), key=lambda w: len(w[0]), reverse=True):
-            if keep_top and Path(dirpath) == group:
-                continue
-            with contextlib.suppress(OSError):
-                os.rmdir(dirpath)
-
-
-def kill_host_processes(machine: str, supervisor: int | None) -> None:
-    for group in host_cgroups(machine):
-        kill_file = group / "cgroup.kill"
-        if kill_file.exists():
-            with contextlib.suppress(OSError):
-                kill_file.write_text("1\n")
-    deadline = time.monotonic() + KILL_TIMEOUT
-    while True:
-        pids = cgroup_pids(machine) | set(nspawn_pids(machine))
-        if supervisor is not None and pid_alive(supervisor):
-            pids.add(supervisor)
-        pids = {p for p in pids if pid_alive(p)}
-        if not pids:
-            return
-        if time.monotonic() > deadline:
-            raise LabError(f"{machine}: processes survive SIGKILL: {sorted(pids)}")
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.1)
 
 
 def _check_overlay_paths(spec: HostSpec) -> None:
@@ -633,11 +513,7 @@ def known_hosts(paths: LabPaths) -> list[str]:
     datas = paths.cache / "lab"
     if datas.is_dir():
         names.update(p.name for p in datas.iterdir() if p.is_dir())
-    for root in _cgroup_roots():
-        groups = root.iterdir() if root.is_dir() else iter(())
-        names.update(
-            g.name[len(MACHINE_PREFIX) :] for g in groups if g.name.startswith(MACHINE_PREFIX)
-        )
+    names.update(cgroup_hosts())
     names.update(m.removeprefix(MACHINE_PREFIX) for m in nspawn_pids().values())
     return sorted((n for n in names if HOST_NAME.match(n)), key=host_index)
 
@@ -717,26 +593,12 @@ def up(
         return write_inventory(inventory, hosts, key)
 
 
-def _request_stop(paths: LabPaths, name: str) -> int | None:
-    pid = supervisor_pid(paths.run_dir(name))
-    targets = [pid] if pid is not None else list(nspawn_pids(MACHINE_PREFIX + name))
-    for target in targets:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(target, signal.SIGTERM)
-    return pid
-
-
 def _finish_stop(
     paths: LabPaths, name: str, pid: int | None, deadline: float, keep: bool, say: Say
 ) -> None:
     run = paths.run_dir(name)
     machine = MACHINE_PREFIX + name
-    while time.monotonic() < deadline and (
-        (pid is not None and pid_alive(pid)) or nspawn_pids(machine)
-    ):
-        time.sleep(0.1)
-    leftovers = {p for p in cgroup_pids(machine) | set(nspawn_pids(machine)) if pid_alive(p)}
-    if (pid is not None and pid_alive(pid)) or leftovers:
+    if not wait_stopped(machine, pid, deadline):
         say(f"{name}: did not shut down in time; killing it")
         kill_host_processes(machine, pid)
     rootfs.unmount_under(run / "root")
@@ -762,7 +624,7 @@ def down(
         return []
     paths.state.mkdir(parents=True, exist_ok=True)
     with rootfs.file_lock(paths.lock):
-        pids = {name: _request_stop(paths, name) for name in names}
+        pids = {name: request_stop(paths.run_dir(name), MACHINE_PREFIX + name) for name in names}
         deadline = time.monotonic() + timeout
         for name in names:
             _finish_stop(paths, name, pids[name], deadline, keep, say)
