@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy import hostplan, varcheck
-from acceldeploy.ansible_adapter import guard, plain
+from acceldeploy.ansible_adapter import filters, plain
 from acceldeploy.errors import AcceldeployError
 
 REPO = Path(hostplan.__file__).resolve().parents[2]
@@ -51,14 +51,11 @@ def acceldeploy_variable_pattern(_: Any = None) -> str:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {
-            f.__name__: guard(f)
-            for f in (
-                acceldeploy_plan_var_names,
-                acceldeploy_host_units,
-                acceldeploy_repo_path,
-                acceldeploy_unknown_variables,
-                acceldeploy_type_errors,
-                acceldeploy_variable_pattern,
-            )
-        }
+        return filters(
+            acceldeploy_plan_var_names,
+            acceldeploy_host_units,
+            acceldeploy_repo_path,
+            acceldeploy_unknown_variables,
+            acceldeploy_type_errors,
+            acceldeploy_variable_pattern,
+        )

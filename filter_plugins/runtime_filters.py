@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy import runtimes, stacks
-from acceldeploy.ansible_adapter import guard, plain
+from acceldeploy.ansible_adapter import filters, plain
 
 
 def runtime_stack(platform: str, stacks_file: str = "") -> dict[str, Any]:
@@ -99,23 +99,20 @@ def python_env_record_key(record_text: str) -> str:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {
-            f.__name__: guard(f)
-            for f in (
-                runtime_stack,
-                runtime_service_devices,
-                ascend_runtime_options,
-                ascend_runtime_gate,
-                gaudi_runtime_options,
-                gaudi_runtime_hccl_argv,
-                gaudi_runtime_daemon_json,
-                gaudi_runtime_gate,
-                gaudi_runtime_hccl,
-                ascend_runtime_fact,
-                gaudi_runtime_fact,
-                python_env_plan,
-                python_env_verify,
-                python_env_fact,
-                python_env_record_key,
-            )
-        }
+        return filters(
+            runtime_stack,
+            runtime_service_devices,
+            ascend_runtime_options,
+            ascend_runtime_gate,
+            gaudi_runtime_options,
+            gaudi_runtime_hccl_argv,
+            gaudi_runtime_daemon_json,
+            gaudi_runtime_gate,
+            gaudi_runtime_hccl,
+            ascend_runtime_fact,
+            gaudi_runtime_fact,
+            python_env_plan,
+            python_env_verify,
+            python_env_fact,
+            python_env_record_key,
+        )

@@ -33,3 +33,8 @@ def guard(func: Callable[..., Any]) -> Callable[..., Any]:
     wrapped.__name__ = func.__name__
     wrapped.__doc__ = func.__doc__
     return wrapped
+
+
+def filters(*funcs: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
+    """A FilterModule's map: each function under its own name, errors as Ansible's."""
+    return {f.__name__: guard(f) for f in funcs}
