@@ -20,7 +20,6 @@ from acceldeploy.runtimes.probe import (
     GateRun,
     Verdict,
     device_node_errors,
-    output_tail,
     probed_command,
     probed_file,
 )
@@ -325,10 +324,8 @@ def check_driver(host: AscendHost) -> None:
             f"firmware that CANN {host.required_cann} supports, then rerun"
         )
         return
-    try:
-        host.driver = AscendDriver.parse(text)
-    except AcceldeployError as exc:
-        host.error(f"{path}: {exc}")
+    host.driver = host.parsed(AscendDriver.parse, text, path)
+    if host.driver is None:
         return
     host.detected["driver"] = host.driver.version
     host.detected["driver_family"] = host.driver.family
@@ -339,10 +336,8 @@ def check_cann_toolkit(host: AscendHost) -> None:
     text, path = probed_file(host.probe, "toolkit")
     if text is None:
         return
-    try:
-        host.toolkit = CannToolkit.parse(text)
-    except AcceldeployError as exc:
-        host.error(f"{path}: {exc}")
+    host.toolkit = host.parsed(CannToolkit.parse, text, path)
+    if host.toolkit is None:
         return
     host.detected["cann"] = host.toolkit.version
     host.detected["cann_path"] = host.toolkit.path
@@ -480,13 +475,8 @@ def check_npu_smi(host: AscendHost) -> None:
             "(it ships npu-smi)"
         )
         return
-    if int(smi.get("rc", 1)) != 0:
-        host.error(f"npu-smi info failed (rc {smi.get('rc')}): {output_tail(smi)}")
-        return
-    try:
-        info = parse_npu_smi_info(str(smi.get("stdout") or ""))
-    except AcceldeployError as exc:
-        host.error(f"npu-smi info: {exc}")
+    info = host.tool_output(smi, "npu-smi info", parse_npu_smi_info)
+    if info is None:
         return
     host.devices = info.devices
     host.detected["npu_smi"] = info.version

@@ -21,7 +21,6 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.runtimes.probe import (
     GateRun,
     device_node_errors,
-    output_tail,
     probed_command,
     probed_file,
 )
@@ -199,13 +198,8 @@ def check_hl_smi(host: GaudiHost) -> None:
             f"{host.software} (habanalabs-installer.sh; hl-smi is in habanalabs-firmware-tools)"
         )
         return
-    if int(smi.get("rc", 1)) != 0:
-        host.error(f"hl-smi failed (rc {smi.get('rc')}): {output_tail(smi)}")
-        return
-    try:
-        info = parse_hl_smi(str(smi.get("stdout") or ""))
-    except AcceldeployError as exc:
-        host.error(f"hl-smi: {exc}")
+    info = host.tool_output(smi, "hl-smi", parse_hl_smi)
+    if info is None:
         return
     host.info = info
     host.detected.update(

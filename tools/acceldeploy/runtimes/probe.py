@@ -7,8 +7,13 @@ A probe is what a role's probe module (library/acceldeploy_probe.py) read on a h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from acceldeploy.errors import AcceldeployError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -42,6 +47,21 @@ class GateRun:
 
     def error(self, message: str) -> None:
         self.verdict.errors.append(message)
+
+    def parsed(self, parse: Callable[[str], T], text: str, where: str) -> T | None:
+        """parse(text), or None with the error recorded as `where: why`."""
+        try:
+            return parse(text)
+        except AcceldeployError as exc:
+            self.error(f"{where}: {exc}")
+            return None
+
+    def tool_output(self, result: dict[str, Any], tool: str, parse: Callable[[str], T]) -> T | None:
+        """A probed command's stdout parsed, or None with why it failed recorded."""
+        if int(result.get("rc", 1)) != 0:
+            self.error(f"{tool} failed (rc {result.get('rc')}): {output_tail(result)}")
+            return None
+        return self.parsed(parse, str(result.get("stdout") or ""), tool)
 
 
 def probed_file(probe: dict[str, Any], name: str) -> tuple[str | None, str]:
