@@ -1,17 +1,21 @@
-"""Ansible adapter over tools/acceldeploy/hosttuning.py for roles/host_tuning: the role's
-templates and tasks only print what these return; bad input fails naming the variable."""
+"""Ansible adapter over tools/acceldeploy/hosttuning/ for roles/host_tuning: the role's
+templates and tasks only print what these return; bad input fails naming the variable.
+
+``acceldeploy`` is imported from the controller's virtualenv (pyproject.toml's editable
+install), not from a path relative to this file."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 from acceldeploy import hosttuning
 from acceldeploy.ansible_adapter import guard
+
+
+def host_tuning_settings(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """host_tuning_inputs | host_tuning_settings: every variable checked, no host needed."""
+    return hosttuning.settings(inputs).to_dict()
 
 
 def host_tuning_plan(
@@ -60,6 +64,7 @@ class FilterModule:
         return {
             f.__name__: guard(f)
             for f in (
+                host_tuning_settings,
                 host_tuning_plan,
                 host_tuning_reboot_reasons,
                 host_tuning_cmdline_check,

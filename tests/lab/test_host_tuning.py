@@ -150,15 +150,18 @@ def bmc():
 def test_bad_input_fails_before_any_host_is_touched(hosts):
     first = next(iter(hosts.values()))
     mem_kb = int(remote(first, "awk '/^MemTotal/ {print $2}' /proc/meminfo"))
+    # (variable values, the variable named, whether the host must be read to know it is bad)
     bad = [
-        ({"acceldeploy_platform": "tpu"}, "host_tuning_platform"),
-        ({"host_tuning_hugepages": "lots"}, "host_tuning_hugepages"),
+        ({"acceldeploy_platform": "tpu"}, "host_tuning_platform", False),
+        ({"host_tuning_hugepages": "lots"}, "host_tuning_hugepages", False),
+        ({"host_tuning_hugepages": -1}, "host_tuning_hugepages", False),
+        ({"host_tuning_sysctls_enabled": "maybe"}, "host_tuning_sysctls_enabled", False),
         # More 2 MiB pages than the host has memory, whatever the machine.
-        ({"host_tuning_hugepages": mem_kb // 2048 + 1000}, "host_tuning_hugepages"),
-        ({"host_tuning_reboot_batch": 0}, "host_tuning_reboot_batch"),
+        ({"host_tuning_hugepages": mem_kb // 2048 + 1000}, "host_tuning_hugepages", True),
+        ({"host_tuning_reboot_batch": 0}, "host_tuning_reboot_batch", False),
     ]
     before = trees(hosts)
-    for extra, variable in bad:
+    for extra, variable, needs_host in bad:
         run = run_playbook(PLAYBOOK, lab_inventory(), extra)
         assert not run.ok, f"{extra} was accepted"
         assert variable in failure_text(run), f"{extra}: the error does not name {variable}"
@@ -166,6 +169,9 @@ def test_bad_input_fails_before_any_host_is_touched(hosts):
             assert run.changed(name) == 0, f"{extra}: {name} changed"
         # Stopped in the validation play: the apply play never started.
         assert not run.results("Kernel args | GRUB drop-in"), f"{extra}: got past validation"
+        # Bad values need no host to be found: refused on the controller (tasks/check.yml).
+        contacted = run.results("Validate | Gather the few facts")
+        assert bool(contacted) == needs_host, f"{extra}: hosts contacted: {sorted(contacted)}"
     assert_same_trees(before, trees(hosts))
 
 

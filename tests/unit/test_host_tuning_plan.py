@@ -43,15 +43,23 @@ def lab_probe(**extra):
         ({"reboot_batch": "one"}, "host_tuning_reboot_batch"),
         ({"reboot_max_fail_percentage": 101}, "host_tuning_reboot_max_fail_percentage"),
         ({"reboot": "maybe"}, "host_tuning_reboot"),
+        # Only what Ansible's `bool` filter reads as such (the role's `when:` lines use it).
+        ({"reboot": " true"}, "host_tuning_reboot"),
+        ({"sysctls_enabled": ""}, "host_tuning_sysctls_enabled"),
+        ({"hugepages_enabled": "y"}, "host_tuning_hugepages_enabled"),
         ({"sysctls_extra": {"not a key": 1}}, "host_tuning_sysctls_extra"),
         ({"sysctl_file": "relative.conf"}, "host_tuning_sysctl_file"),
         ({"reboot_services": ["bad unit!"]}, "host_tuning_reboot_services"),
+        ({"governor": "turbo"}, "host_tuning_governor"),
+        ({"governor": "Performance"}, "host_tuning_governor"),
         ({"bios_redfish_endpoint": "https://10.0.0.21"}, "host_tuning_bios_redfish_username"),
         (
             {"bios_redfish_endpoint": "https://10.0.0.21", "bios_redfish_credentials": True},
             "host_tuning_bios_redfish_attributes",
         ),
         ({"bios_redfish_endpoint": "10.0.0.21"}, "host_tuning_bios_redfish_endpoint"),
+        # Non-empty switches Redfish on in tasks/main.yml: never silently empty after rstrip.
+        ({"bios_redfish_endpoint": "/"}, "host_tuning_bios_redfish_endpoint"),
     ],
 )
 def test_bad_input_names_the_variable(override, variable):
