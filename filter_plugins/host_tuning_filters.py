@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy import hosttuning
-from acceldeploy.ansible_adapter import guard
+from acceldeploy.ansible_adapter import filters
 
 
 def host_tuning_settings(inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,16 +61,13 @@ def host_tuning_summary(
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {
-            f.__name__: guard(f)
-            for f in (
-                host_tuning_settings,
-                host_tuning_plan,
-                host_tuning_reboot_reasons,
-                host_tuning_cmdline_check,
-                host_tuning_bios_audit,
-                host_tuning_redfish_changes,
-                host_tuning_redfish_settings_url,
-                host_tuning_summary,
-            )
-        }
+        return filters(
+            host_tuning_settings,
+            host_tuning_plan,
+            host_tuning_reboot_reasons,
+            host_tuning_cmdline_check,
+            host_tuning_bios_audit,
+            host_tuning_redfish_changes,
+            host_tuning_redfish_settings_url,
+            host_tuning_summary,
+        )
