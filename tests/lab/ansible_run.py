@@ -36,6 +36,16 @@ def lab_inventory() -> Path:
     return Path(os.environ.get("ACCELDEPLOY_TEST_INVENTORY") or DEFAULT_INVENTORY)
 
 
+def lab_hosts() -> dict[str, dict[str, Any]]:
+    """The running lab's hosts and their variables; skips the test without a lab."""
+    import pytest
+
+    inventory = lab_inventory()
+    if not inventory.exists():
+        pytest.skip(f"no {inventory}: run `python3 tools/lab.py up` first")
+    return inventory_hosts(inventory)
+
+
 def inventory_hosts(inventory: str | Path) -> dict[str, dict[str, Any]]:
     """host -> its variables (group vars merged under host vars) from a YAML inventory file."""
     data = yaml.safe_load(Path(inventory).read_text()) or {}

@@ -17,7 +17,7 @@ import threading
 from typing import Any, ClassVar
 
 import pytest
-from ansible_run import PlaybookRun, inventory_hosts, lab_inventory, run_playbook, ssh
+from ansible_run import PlaybookRun, lab_hosts, lab_inventory, run_playbook, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -39,11 +39,8 @@ TREE = (
 
 @pytest.fixture(scope="module")
 def hosts() -> dict[str, dict[str, Any]]:
-    inventory = lab_inventory()
-    if not inventory.exists():
-        pytest.skip(f"no {inventory}: run `python3 tools/lab.py up` first")
-    found = inventory_hosts(inventory)
-    assert found, f"{inventory} lists no hosts"
+    found = lab_hosts()
+    assert found, "the lab inventory lists no hosts"
     # Fresh as far as host tuning goes: remove what the role writes.
     for name, hostvars in found.items():
         gone = ssh(hostvars, f"rm -f {DROPIN} {SYSCTL_FILE} {HUGEPAGES_FILE}")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_run import inventory_hosts, lab_inventory, run_playbook, ssh
+from ansible_run import lab_hosts, lab_inventory, run_playbook, ssh
 
 from acceldeploy import runtimes
 from acceldeploy.lab import wheelhouse, wheelserver
@@ -72,10 +72,7 @@ def server(
 
 @pytest.fixture(scope="module")
 def hosts() -> dict[str, dict[str, Any]]:
-    inventory = lab_inventory()
-    if not inventory.exists():
-        pytest.skip(f"no {inventory}: run `python3 tools/lab.py up` first")
-    found = inventory_hosts(inventory)
+    found = lab_hosts()
     names = sorted(found)
     if os.environ.get("ACCELDEPLOY_TEST_PYTHON_ENV_HOSTS", "1") != "all":
         names = names[:1]

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_run import REPO, PlaybookRun, inventory_hosts, lab_inventory, run_playbook, ssh
+from ansible_run import REPO, PlaybookRun, lab_hosts, run_playbook, ssh
 
 from acceldeploy import runtimes
 
@@ -146,10 +146,7 @@ def gaudi_fixture(hl_smi: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def lab() -> dict[str, dict[str, Any]]:
-    inventory = lab_inventory()
-    if not inventory.exists():
-        pytest.skip(f"no {inventory}: run `python3 tools/lab.py up` first")
-    found = inventory_hosts(inventory)
+    found = lab_hosts()
     if len(found) < 2:
         pytest.skip("needs two lab hosts (one fitting, one mismatched)")
     names = sorted(found)[:2]
