@@ -1,5 +1,6 @@
 #!/usr/bin/python
-"""Thin Ansible adapter over acceldeploy_weights (tools/acceldeploy/weights.py on the host)."""
+"""Thin Ansible adapter over acceldeploy.fetch (tools/acceldeploy/fetch/), which Ansible ships
+inside this module's payload as module_utils (ansible.cfg: module_utils = tools)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ DOCUMENTATION = r"""
 module: model_weights_fetch
 short_description: Download, verify and atomically publish model weights on a host
 description:
-  - Runs with the fetch venv's interpreter (huggingface_hub and modelscope installed) and
-    imports C(acceldeploy_weights) from I(lib_dir); all decisions live there
-    (tools/acceldeploy/weights.py, unit-tested on the controller).
+  - Runs with the fetch venv's interpreter (huggingface_hub and modelscope installed). All
+    decisions live in tools/acceldeploy/fetch/ (unit-tested on the controller), which Ansible
+    zips into this module's payload as C(ansible.module_utils.acceldeploy.fetch) because
+    ansible.cfg sets C(module_utils = tools); nothing is installed on the host for it.
   - I(state=present) plans every model (manifest, hub listing, staging), checks free space
     for all of them before any byte is downloaded, then downloads into a staging directory,
     verifies sizes and hub hashes, and publishes with an atomic rename or exchange.
   - I(state=planned) only plans and checks free space (read-only, also in check mode).
-  - I(state=serving) starts the seed host's HTTP server for I(serve); I(state=stopped) stops it.
+  - I(state=serving) starts the seed host's HTTP server for I(serve), a daemon forked from
+    this module (it outlives the module's payload); I(state=stopped) stops it.
   - Check mode changes nothing and reports what I(state=present) would change.
 options:
   state:
@@ -111,10 +114,6 @@ options:
     description: Seconds between progress updates.
     type: float
     default: 5
-  lib_dir:
-    description: Directory holding acceldeploy_weights.py.
-    type: path
-    required: true
 author:
   - acceldeploy
 """
@@ -123,7 +122,6 @@ EXAMPLES = r"""
 - name: Download, verify and publish this host's models
   model_weights_fetch:
     root: /models
-    lib_dir: /opt/acceldeploy/fetch-venv/acceldeploy
     models: [{model: Qwen/Qwen3-VL-8B-Instruct, source: modelscope, revision: master}]
     endpoints: {modelscope: https://www.modelscope.cn}
   vars:
@@ -147,9 +145,14 @@ results:
   returned: state is present
 """
 
-import sys
+from pathlib import Path
 from typing import Any
 
+from ansible.module_utils.acceldeploy.errors import AcceldeployError
+from ansible.module_utils.acceldeploy.fetch.common import Layout
+from ansible.module_utils.acceldeploy.fetch.plan import check_space
+from ansible.module_utils.acceldeploy.fetch.run import plan_host, request_from_params, run
+from ansible.module_utils.acceldeploy.fetch.seed import start_seed_server, stop_seed_server
 from ansible.module_utils.basic import AnsibleModule
 
 ARGUMENT_SPEC: dict[str, Any] = {
@@ -177,49 +180,42 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "max_workers": {"type": "int", "default": 8},
     "log": {"type": "path"},
     "progress_interval": {"type": "float", "default": 5},
-    "lib_dir": {"type": "path", "required": True},
 }
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    sys.path.insert(0, params["lib_dir"])
-    try:
-        import acceldeploy_weights as weights
-    except ImportError as exc:
-        module.fail_json(msg=f"{params['lib_dir']}/acceldeploy_weights.py: {exc}")
-    layout = weights.Layout(weights.Path(params["root"]))
+    layout = Layout(Path(params["root"]))
     try:
         if params["state"] == "serving":
             if module.check_mode:
                 module.exit_json(changed=False, serving=params["serve"])
-            server = weights.start_seed_server(
+            server = start_seed_server(
                 layout,
                 params["listen"],
                 params["port"],
                 params["seed_token"],
                 params["serve"],
                 params["idle_timeout"],
-                sys.executable,
             )
             # A server for this run only, stopped by state=stopped: no lasting change.
             module.exit_json(changed=False, server=server)
         if params["state"] == "stopped":
-            stopped = False if module.check_mode else weights.stop_seed_server(layout)
+            stopped = False if module.check_mode else stop_seed_server(layout)
             module.exit_json(changed=False, stopped=stopped)
-        request = weights.request_from_params(
+        request = request_from_params(
             {
                 **params,
                 "tokens": {"hf": params["hf_token"], "modelscope": params["modelscope_token"]},
             }
         )
         if params["state"] == "planned":
-            plans = weights.plan_host(request)
-            space = weights.check_space(plans, request.root, request.reserve_bytes)
+            plans = plan_host(request)
+            space = check_space(plans, request.root, request.reserve_bytes)
             module.exit_json(changed=False, plans=[p.to_dict() for p in plans], space=space)
-        result = weights.run(request, module.check_mode)
-    except weights.WeightsError as exc:
+        result = run(request, module.check_mode)
+    except AcceldeployError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**result)
 

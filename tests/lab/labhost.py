@@ -11,10 +11,10 @@ from pathlib import Path
 
 from ansible_run import run_playbook
 
+from acceldeploy.hostplan import host_launches
 from acceldeploy.inventory import host_vars
 from acceldeploy.lab import tinymodel
 from acceldeploy.lab.mirror import default_mirror
-from acceldeploy.hostplan import host_launches
 from acceldeploy.render import Launch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 - bad input (unknown source, missing revision, too little disk) fails before any download;
 - ``each``: the HF mirror serves every byte twice; ``seed``: once, and both hosts end with the
   same verified files; a second run changes nothing, downloads nothing and re-hashes nothing;
-  ``--check --diff`` changes nothing;
+  ``--check --diff`` changes nothing, and on a bare host creates nothing and shows no code;
 - a download killed midway resumes on the next run (ModelScope path through msmirror, which
   honours Range; HF path through olah, which does not, so there the file restarts) and
   verifies;
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_run import PlaybookRun, inventory_hosts, lab_inventory, run_playbook, ssh
+from ansible_run import PlaybookRun, lab_hosts, run_playbook, ssh
 
 from acceldeploy.lab import mirror as olah_mirror
 from acceldeploy.lab import msmirror
@@ -43,6 +43,8 @@ MODEL = "acceldeploy/weights-test-model"
 BLOB = "acceldeploy/weights-test-blob"
 BLOB_BYTES = 96 * 1024 * 1024
 ROOT = "/srv/acceldeploy-test-models"
+VENV = "/opt/acceldeploy/fetch-venv"
+BARE = "/tmp/acceldeploy-test-bare"
 MIB = 1024 * 1024
 
 
@@ -113,12 +115,9 @@ class Throttle:
 
 @pytest.fixture(scope="module")
 def hosts() -> dict[str, dict[str, Any]]:
-    inventory = lab_inventory()
-    if not inventory.exists():
-        pytest.skip(f"no {inventory}: run `python3 tools/lab.py up` first")
-    found = inventory_hosts(inventory)
+    found = lab_hosts()
     if len(found) < 2:
-        pytest.skip(f"{inventory} has {len(found)} host(s); these tests need two")
+        pytest.skip(f"the lab has {len(found)} host(s); these tests need two")
     return dict(list(found.items())[:2])
 
 
@@ -212,6 +211,29 @@ def tree(hostvars: dict[str, Any], directory: str) -> dict[str, str]:
     return {line.split("  ", 1)[1][2:]: line.split()[0] for line in out.splitlines()}
 
 
+def full_check(
+    host: str, tmp_path: Path, model: str, source: str, revision: str
+) -> dict[str, dict[str, Any]]:
+    """model_weights_fetch (state: planned, mode: verify, verify: full) on one host: every file
+    of the published copy re-hashed against its manifest, by the code the module ships."""
+    task = {
+        "name": "Check | Re-hash the published copy",
+        "model_weights_fetch": {
+            "state": "planned",
+            "mode": "verify",
+            "verify": "full",
+            "root": ROOT,
+            "models": [{"model": model, "source": source, "revision": revision}],
+        },
+        "vars": {"ansible_python_interpreter": f"{VENV}/bin/python"},
+    }
+    playbook = tmp_path / "full-check.yml"
+    playbook.write_text(json.dumps([{"hosts": host, "gather_facts": False, "tasks": [task]}]))
+    run = run_playbook(playbook)
+    assert run.ok, run.output
+    return run.results("Check | Re-hash the published copy")
+
+
 def failure_text(run: PlaybookRun) -> str:
     return "\n".join(str(r.get("msg") or "") for _t, _h, r in run.iter_results() if r.get("failed"))
 
@@ -286,6 +308,31 @@ def test_second_run_changes_and_downloads_nothing(hosts, mirrors):
     check = run_playbook(PLAYBOOK, extra_vars=extra(mirrors), check=True, diff=True)
     assert check.ok, check.output
     assert all(check.changed(h) == 0 for h in hosts), check.stats
+
+
+def test_check_mode_on_a_bare_host_changes_nothing_and_ships_no_code(hosts, mirrors):
+    """No venv, no wheels, no models: check mode reports what it would do, creates nothing,
+    and no task shows a Python file as a diff (the module's code is never copied to hosts:
+    it travels inside each model_weights_fetch call)."""
+    for hostvars in hosts.values():
+        remote(hostvars, f"rm -rf {BARE}")
+    run = run_playbook(
+        PLAYBOOK,
+        extra_vars=extra(
+            mirrors,
+            model_weights_venv=f"{BARE}/venv",
+            model_weights_host_wheels=f"{BARE}/wheels",
+            model_weights_root=f"{BARE}/models",
+        ),
+        check=True,
+        diff=True,
+    )
+    assert run.ok, run.output
+    diffs = json.dumps([r["diff"] for _t, _h, r in run.iter_results() if r.get("diff")])
+    assert "from __future__" not in diffs and "import " not in diffs, diffs[:2000]
+    for hostvars in hosts.values():
+        assert remote(hostvars, f"ls -A {BARE} 2>/dev/null | wc -l").strip() == "0"
+        assert remote(hostvars, f"ls -A {VENV}/acceldeploy 2>/dev/null | wc -l").strip() == "0"
 
 
 def test_seed_downloads_once_and_fans_out(hosts, mirrors):
@@ -365,7 +412,7 @@ def _kill_midway(hosts, mirrors, source: str, proxy_port: int) -> tuple[Playbook
 
 
 @pytest.mark.parametrize("source", ["modelscope", "hf"])
-def test_killed_download_resumes(hosts, mirrors, source):
+def test_killed_download_resumes(hosts, mirrors, source, tmp_path):
     wipe(hosts)
     name, hostvars = next(iter(hosts.items()))
     target = mirrors["ms" if source == "modelscope" else "hf"]
@@ -402,12 +449,9 @@ def test_killed_download_resumes(hosts, mirrors, source):
     else:
         # olah 0.5.4 ignores Range on its local mirrors (200, whole file): the client restarts.
         assert again <= BLOB_BYTES + 23
-    out = remote(
-        hostvars,
-        f"/opt/acceldeploy/fetch-venv/bin/python /opt/acceldeploy/fetch-venv/acceldeploy/"
-        f"acceldeploy_weights.py check --full --root {ROOT} {BLOB}@{mirrors['blob_rev']}",
-    )
-    assert json.loads(out)["ok"], out
+    (checked,) = full_check(name, tmp_path, BLOB, source, mirrors["blob_rev"]).values()
+    (plan,) = checked["plans"]
+    assert plan["action"] == "none" and plan["rehashed_bytes"] == BLOB_BYTES + 23, plan
     assert (
         remote(hostvars, f"sha256sum {ROOT}/{BLOB}@{mirrors['blob_rev']}/blob.bin").split()[0]
         == __import__("hashlib").sha256(_bytes(3, BLOB_BYTES)).hexdigest()

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from ansible_run import inventory_hosts, lab_inventory, run_playbook, ssh
 
-from acceldeploy.inventory import host_vars
 from acceldeploy.hostplan import host_launches
+from acceldeploy.inventory import host_vars
 
 pytestmark = pytest.mark.lab
 

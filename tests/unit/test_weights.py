@@ -1,11 +1,13 @@
-"""tools/acceldeploy/weights.py: inputs, fan-out, manifest checks, plans, atomic publish, seed
-server and pulls, on local directories (no hub: the downloader is a stand-in)."""
+"""Model weights: the controller's inputs and fan-out (acceldeploy.weights), and the hosts' side
+(acceldeploy.fetch): manifest checks, plans, atomic publish, seed server and pulls, on local
+directories (no hub: the downloader is a stand-in)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -14,8 +16,37 @@ from typing import Any
 import pytest
 
 from acceldeploy import weights
-from acceldeploy.render import model_path
-from acceldeploy.service import parse_service
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.fetch import plan as fetch_plan
+from acceldeploy.fetch.common import (
+    GIB,
+    MANIFEST,
+    Layout,
+    Listing,
+    ModelSpec,
+    RemoteFile,
+    WeightsError,
+    exact_pattern,
+    hash_file,
+    matches,
+)
+from acceldeploy.fetch.plan import ModelPlan, check_space
+from acceldeploy.fetch.progress import Progress
+from acceldeploy.fetch.publish import model_lock
+from acceldeploy.fetch.run import (
+    HostRequest,
+    _scrub,
+    converge_model,
+    plan_host,
+    request_from_params,
+)
+from acceldeploy.fetch.seed import (
+    _http_request,
+    make_seed_server,
+    serve_until_idle,
+    start_seed_server,
+    stop_seed_server,
+)
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 
@@ -31,20 +62,18 @@ FILES = {
 }
 
 
-def listing(files: dict[str, bytes] = FILES, commit: str | None = REV) -> weights.Listing:
+def listing(files: dict[str, bytes] = FILES, commit: str | None = REV) -> Listing:
     remote = []
     for path, data in sorted(files.items()):
         if path.endswith(".safetensors"):
-            remote.append(
-                weights.RemoteFile(path, len(data), sha256=hashlib.sha256(data).hexdigest())
-            )
+            remote.append(RemoteFile(path, len(data), sha256=hashlib.sha256(data).hexdigest()))
         else:
-            remote.append(weights.RemoteFile(path, len(data), sha1_git=git_sha1(data)))
-    return weights.Listing("org/model", "hf", commit or "main", commit, tuple(remote))
+            remote.append(RemoteFile(path, len(data), sha1_git=git_sha1(data)))
+    return Listing("org/model", "hf", commit or "main", commit, tuple(remote))
 
 
-def spec(**kw: Any) -> weights.ModelSpec:
-    return weights.ModelSpec(
+def spec(**kw: Any) -> ModelSpec:
+    return ModelSpec(
         model=kw.get("model", "org/model"),
         source=kw.get("source", "hf"),
         revision=kw.get("revision", REV),
@@ -60,9 +89,7 @@ class FakeHub:
         self.bytes = 0
         self.calls: list[list[str]] = []
 
-    def __call__(
-        self, plan: weights.ModelPlan, todo: list[weights.RemoteFile], staging: Path
-    ) -> dict[str, Any]:
+    def __call__(self, plan: ModelPlan, todo: list[RemoteFile], staging: Path) -> dict[str, Any]:
         self.calls.append([f.path for f in todo])
         for f in todo:
             target = staging / f.path
@@ -73,11 +100,11 @@ class FakeHub:
         return {}
 
 
-def converge(root: Path, hub: FakeHub, the_listing: weights.Listing | None = None, verify="fast"):
-    request = weights.HostRequest(root=root, models=[spec()], mode="hub", verify=verify)
+def converge(root: Path, hub: FakeHub, the_listing: Listing | None = None, verify="fast"):
+    request = HostRequest(root=root, models=[spec()], mode="hub", verify=verify)
     the_listing = the_listing or listing(hub.files)
-    (plan,) = weights.plan_host(request, lister=lambda s: the_listing)
-    return plan, weights.converge_model(plan, request, downloader=hub)
+    (plan,) = plan_host(request, lister=lambda s: the_listing)
+    return plan, converge_model(plan, request, downloader=hub)
 
 
 # -- inputs ------------------------------------------------------------------------------------
@@ -108,17 +135,7 @@ def test_specs_defaults_dedup_and_patterns():
     assert specs[0].allow_patterns == ("*.json", "*.safetensors")
     assert specs[0].services == ("a", "b")
     assert specs[1].source == "hf" and specs[1].repo_revision == "main"
-    assert weights.ModelSpec("o/m", "modelscope", None).repo_revision == "master"
-
-
-def test_dirname_is_the_renderers_model_path():
-    for raw in (
-        {"name": "q", "model": "Qwen/Qwen3-VL-8B-Instruct", "revision": REV},
-        {"name": "q", "model": "org/other"},
-    ):
-        service = parse_service(raw, "cpu", 0)
-        (one,) = weights.model_specs([raw], require_revision=False)
-        assert model_path("/models", service) == f"/models/{one.dirname}"
+    assert ModelSpec("o/m", "modelscope", None).repo_revision == "master"
 
 
 @pytest.mark.parametrize(
@@ -144,13 +161,13 @@ def test_dirname_is_the_renderers_model_path():
     ],
 )
 def test_bad_specs_name_the_variable(raw, require, needle):
-    with pytest.raises(weights.WeightsError) as info:
+    with pytest.raises(AcceldeployError) as info:
         weights.model_specs([raw], require_revision=require)
     assert needle in str(info.value)
 
 
 def test_one_directory_one_source():
-    with pytest.raises(weights.WeightsError, match="one directory has one source"):
+    with pytest.raises(WeightsError, match="one directory has one source"):
         weights.model_specs(
             [
                 {"model": "o/m", "source": "hf", "revision": "x"},
@@ -171,7 +188,7 @@ def test_one_directory_one_source():
     ],
 )
 def test_bad_settings(raw, needle):
-    with pytest.raises(weights.WeightsError) as info:
+    with pytest.raises(WeightsError) as info:
         weights.Settings.check(raw)
     assert needle in str(info.value)
 
@@ -209,18 +226,18 @@ def test_fanout_shared_storage_verifies_only():
 
 
 def test_fanout_seed_must_be_in_the_play():
-    with pytest.raises(weights.WeightsError, match="model_weights_seed_host 'gone'"):
+    with pytest.raises(WeightsError, match="model_weights_seed_host 'gone'"):
         weights.fanout(_hosts("seed", seed="gone"), ["h1", "h2", "store"])
 
 
 def test_patterns():
-    assert weights.matches("sub/a.json", ["sub/"])
-    assert weights.matches("x.safetensors", ["*.safetensors"])
-    assert not weights.matches("README.md", ["*.json"])
-    assert weights.matches("anything", None)
+    assert matches("sub/a.json", ["sub/"])
+    assert matches("x.safetensors", ["*.safetensors"])
+    assert not matches("README.md", ["*.json"])
+    assert matches("anything", None)
     import fnmatch
 
-    pattern = weights.exact_pattern("sub/extra[1].json")
+    pattern = exact_pattern("sub/extra[1].json")
     assert fnmatch.fnmatch("sub/extra[1].json", pattern)
     assert not fnmatch.fnmatch("sub/extra1.json", pattern)
 
@@ -228,8 +245,8 @@ def test_patterns():
 def test_git_blob_sha1_is_the_hub_etag(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"hello\n")
-    assert weights.hash_file(path, "sha1_git") == "ce013625030ba8dba906f756967f9e9ca394464a"
-    assert weights.hash_file(path, "sha256") == hashlib.sha256(b"hello\n").hexdigest()
+    assert hash_file(path, "sha1_git") == "ce013625030ba8dba906f756967f9e9ca394464a"
+    assert hash_file(path, "sha256") == hashlib.sha256(b"hello\n").hexdigest()
 
 
 # -- converge, manifest, repair ----------------------------------------------------------------
@@ -243,11 +260,11 @@ def test_fetch_publish_then_nothing(tmp_path):
     assert (published / "sub/extra[1].json").read_bytes() == b"{}\n"
     assert not (published / ".cache").exists()
     assert not (tmp_path / ".acceldeploy/staging/org" / f"model@{REV}").exists()
-    manifest = json.loads((published / weights.MANIFEST).read_text())
+    manifest = json.loads((published / MANIFEST).read_text())
     assert manifest["commit"] == REV and set(manifest["files"]) == set(FILES)
     # A pinned, intact model: no hub listing, no hashing, nothing to do.
-    request = weights.HostRequest(root=tmp_path, models=[spec()], mode="hub")
-    (again,) = weights.plan_host(request, lister=lambda s: pytest.fail("asked the hub"))
+    request = HostRequest(root=tmp_path, models=[spec()], mode="hub")
+    (again,) = plan_host(request, lister=lambda s: pytest.fail("asked the hub"))
     assert again.action == "none" and again.rehashed_bytes == 0
 
 
@@ -278,11 +295,11 @@ def test_same_mtime_corruption_needs_full(tmp_path):
     with shard.open("r+b") as fh:
         fh.write(b"\x00\x00")
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
-    request = weights.HostRequest(root=tmp_path, models=[spec()], mode="hub")
-    (fast,) = weights.plan_host(request, lister=lambda s: listing())
+    request = HostRequest(root=tmp_path, models=[spec()], mode="hub")
+    (fast,) = plan_host(request, lister=lambda s: listing())
     assert fast.action == "none"
     request.verify = "full"
-    (full,) = weights.plan_host(request, lister=lambda s: listing())
+    (full,) = plan_host(request, lister=lambda s: listing())
     assert full.action == "repair" and full.rehashed_bytes == sum(len(v) for v in FILES.values())
 
 
@@ -298,22 +315,22 @@ def test_touched_intact_file_is_restamped_not_refetched(tmp_path):
 
 def test_moved_branch_updates_in_one_step(tmp_path):
     hub = FakeHub(dict(FILES))
-    request = weights.HostRequest(root=tmp_path, models=[spec(revision="main")], mode="hub")
+    request = HostRequest(root=tmp_path, models=[spec(revision="main")], mode="hub")
     first = listing(commit="a" * 40)
-    (plan,) = weights.plan_host(request, lister=lambda s: first)
-    weights.converge_model(plan, request, downloader=hub)
+    (plan,) = plan_host(request, lister=lambda s: first)
+    converge_model(plan, request, downloader=hub)
     changed = {**FILES, "config.json": b'{"a": 2}\n'}
     hub.files = changed
     second = listing(changed, commit="b" * 40)
-    (plan,) = weights.plan_host(request, lister=lambda s: second)
+    (plan,) = plan_host(request, lister=lambda s: second)
     assert plan.action == "update" and [f.path for f in plan.fetch] == ["config.json"]
-    weights.converge_model(plan, request, downloader=hub)
+    converge_model(plan, request, downloader=hub)
     assert (tmp_path / "org/model@main/config.json").read_bytes() == b'{"a": 2}\n'
 
 
 def test_bad_download_fails_after_a_retry_and_keeps_nothing_published(tmp_path):
     hub = FakeHub({**FILES, "model.safetensors": b"wrong"})
-    with pytest.raises(weights.WeightsError, match="failed verification twice"):
+    with pytest.raises(WeightsError, match="failed verification twice"):
         converge(tmp_path, hub, the_listing=listing())
     assert len(hub.calls) == 2 and hub.calls[1] == ["model.safetensors"]
     assert not (tmp_path / f"org/model@{REV}").exists()
@@ -331,31 +348,31 @@ def test_files_finished_before_a_kill_are_not_fetched_again(tmp_path):
 
 
 def test_not_enough_disk_names_the_numbers(tmp_path, monkeypatch):
-    monkeypatch.setattr(weights, "free_bytes", lambda path: 2 * weights.GIB)
-    request = weights.HostRequest(root=tmp_path, models=[spec()], mode="hub")
-    big = weights.Listing("org/model", "hf", REV, REV, (weights.RemoteFile("w", 3 * weights.GIB),))
-    plans = weights.plan_host(request, lister=lambda s: big)
-    with pytest.raises(weights.WeightsError) as info:
-        weights.check_space(plans, tmp_path, weights.GIB)
+    monkeypatch.setattr(fetch_plan, "free_bytes", lambda path: 2 * GIB)
+    request = HostRequest(root=tmp_path, models=[spec()], mode="hub")
+    big = Listing("org/model", "hf", REV, REV, (RemoteFile("w", 3 * GIB),))
+    plans = plan_host(request, lister=lambda s: big)
+    with pytest.raises(WeightsError) as info:
+        check_space(plans, tmp_path, GIB)
     text = str(info.value)
     assert "need 3.00 GiB" in text and "2.00 GiB is free" in text
     assert "model_weights_free_space_reserve_gib 1.00 GiB" in text
 
 
 def test_lock_refuses_a_second_download(tmp_path):
-    layout = weights.Layout(tmp_path)
+    layout = Layout(tmp_path)
     with (
-        weights.model_lock(layout, spec()),
-        pytest.raises(weights.WeightsError, match="pid"),
-        weights.model_lock(layout, spec()),
+        model_lock(layout, spec()),
+        pytest.raises(WeightsError, match="pid"),
+        model_lock(layout, spec()),
     ):
         pass
 
 
 def test_plan_round_trips_through_the_module(tmp_path):
-    request = weights.HostRequest(root=tmp_path, models=[spec()], mode="hub")
-    (plan,) = weights.plan_host(request, lister=lambda s: listing())
-    again = weights.ModelPlan.from_dict(json.loads(json.dumps(plan.to_dict())), spec())
+    request = HostRequest(root=tmp_path, models=[spec()], mode="hub")
+    (plan,) = plan_host(request, lister=lambda s: listing())
+    again = ModelPlan.from_dict(json.loads(json.dumps(plan.to_dict())), spec())
     assert again.fetch == plan.fetch and again.listing == plan.listing
     params = {
         "root": str(tmp_path),
@@ -364,9 +381,9 @@ def test_plan_round_trips_through_the_module(tmp_path):
         "tokens": {"hf": "secret", "modelscope": ""},
         "reserve_gib": 0.5,
     }
-    built = weights.request_from_params(params)
-    assert built.tokens == {"hf": "secret"} and built.reserve_bytes == weights.GIB // 2
-    assert "secret" not in weights._scrub("token secret leaked", built)
+    built = request_from_params(params)
+    assert built.tokens == {"hf": "secret"} and built.reserve_bytes == GIB // 2
+    assert "secret" not in _scrub("token secret leaked", built)
 
 
 # -- the seed server and pulls -----------------------------------------------------------------
@@ -377,36 +394,18 @@ def seed(tmp_path):
     root = tmp_path / "seed"
     converge(root, FakeHub(dict(FILES)))
     token = "t0ken"
-    ready = threading.Event()
-    original = weights.http.server.ThreadingHTTPServer
-
-    class Recorder(original):  # type: ignore[misc, valid-type]
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            box["port"] = self.server_address[1]
-            box["server"] = self
-            ready.set()
-
-    box: dict[str, Any] = {}
-    weights.http.server.ThreadingHTTPServer = Recorder  # type: ignore[misc]
-    try:
-        thread = threading.Thread(
-            target=weights.run_seed_server,
-            args=(root, "127.0.0.1", 0, token, [f"org/model@{REV}"], 30),
-            daemon=True,
-        )
-        thread.start()
-        assert ready.wait(5)
-    finally:
-        weights.http.server.ThreadingHTTPServer = original  # type: ignore[misc]
-    yield f"http://127.0.0.1:{box['port']}", token
-    box["server"].shutdown()
+    server, touched = make_seed_server(root, "127.0.0.1", 0, token, [f"org/model@{REV}"])
+    thread = threading.Thread(target=serve_until_idle, args=(server, touched, 30), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", token
+    server.shutdown()
+    thread.join(5)
 
 
 def test_pull_from_seed_resumes_a_part_file(tmp_path, seed):
     url, token = seed
     root = tmp_path / "puller"
-    request = weights.HostRequest(
+    request = HostRequest(
         root=root,
         models=[spec()],
         mode="pull",
@@ -418,8 +417,8 @@ def test_pull_from_seed_resumes_a_part_file(tmp_path, seed):
     staging.mkdir(parents=True)
     half = FILES["model.safetensors"][:1000]
     (staging / "model.safetensors.part").write_bytes(half)
-    (plan,) = weights.plan_host(request)
-    result = weights.converge_model(plan, request)
+    (plan,) = plan_host(request)
+    result = converge_model(plan, request)
     assert result["changed"]
     expected = sum(len(v) for v in FILES.values()) - len(half)
     assert result["pulled_bytes"] == expected
@@ -431,21 +430,68 @@ def test_seed_refuses_wrong_token_and_unlisted_files(seed):
     import urllib.error
 
     with pytest.raises(urllib.error.HTTPError) as info:
-        weights._http_request(f"{url}/m/org/model@{REV}/config.json", "nope")
+        _http_request(f"{url}/m/org/model@{REV}/config.json", "nope")
     assert info.value.code == 401
     with pytest.raises(urllib.error.HTTPError) as info:
-        weights._http_request(f"{url}/m/org/model@{REV}/../../../etc/passwd", token)
+        _http_request(f"{url}/m/org/model@{REV}/../../../etc/passwd", token)
     assert info.value.code == 404
-    with weights._http_request(f"{url}/m/org/model@{REV}/config.json", token) as resp:
+    with _http_request(f"{url}/m/org/model@{REV}/config.json", token) as resp:
         assert resp.read() == FILES["config.json"]
 
 
 def test_progress_file(tmp_path):
-    layout = weights.Layout(tmp_path)
+    layout = Layout(tmp_path)
     layout.staging(spec()).mkdir(parents=True)
     (layout.staging(spec()) / "x").write_bytes(b"1" * 500)
-    with weights.Progress(spec(), layout, 1000, tmp_path / "log", 0.05, "hub"):
+    with Progress(spec(), layout, 1000, tmp_path / "log", 0.05, "hub"):
         time.sleep(0.15)
     data = json.loads(layout.progress(spec()).read_text())
     assert data["state"] == "done" and data["percent"] == 50.0 and data["pid"] == os.getpid()
     assert "50.0%" in (tmp_path / "log").read_text()
+
+
+def test_seed_daemon_serves_after_start_returns_and_stops(tmp_path):
+    """The module forks the server off itself (its payload is deleted when it exits): the
+    daemon answers after start_seed_server returned, holds the token in memory only, and
+    stop_seed_server ends exactly that process."""
+    root = tmp_path / "seed"
+    converge(root, FakeHub(dict(FILES)))
+    layout = Layout(root)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    info = start_seed_server(layout, "127.0.0.1", port, "t0ken", [f"org/model@{REV}"], 30)
+    try:
+        assert info["pid"] != os.getpid() and info["port"] == port
+        pid, started = (root / ".acceldeploy/run/seed-server.pid").read_text().split()
+        assert int(pid) == info["pid"] and started.isdigit()
+        url = f"http://127.0.0.1:{port}/m/org/model@{REV}/config.json"
+        with _http_request(url, "t0ken") as resp:
+            assert resp.read() == FILES["config.json"]
+        assert not list((root / ".acceldeploy/run").glob("*token*"))
+    finally:
+        assert stop_seed_server(layout)
+    assert not stop_seed_server(layout)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), 1).close()
+
+
+def test_seed_daemon_that_cannot_listen_fails_with_the_reason(tmp_path):
+    layout = Layout(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(WeightsError, match=f"did not listen on 127.0.0.1:{port}: .*in use"):
+            start_seed_server(layout, "127.0.0.1", port, "t", [], 30)
+    assert not (tmp_path / ".acceldeploy/run/seed-server.pid").exists()
+
+
+def test_stop_leaves_a_reused_pid_alone(tmp_path):
+    layout = Layout(tmp_path)
+    run = tmp_path / ".acceldeploy/run"
+    run.mkdir(parents=True)
+    (run / "seed-server.pid").write_text(f"{os.getpid()} 1\n")  # our pid, another start time
+    assert not stop_seed_server(layout)
+    (run / "seed-server.pid").write_text(f"{os.getpid()}\n")  # an old pid file: checks argv
+    assert not stop_seed_server(layout)

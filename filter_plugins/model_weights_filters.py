@@ -1,0 +1,65 @@
+"""Ansible adapter over acceldeploy.weights (roles/model_weights): inputs checked on the
+controller. The acceldeploy package is importable here because pyproject.toml installs it into
+the controller's venv (editable); an AcceldeployError fails the task with its message."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from acceldeploy import weights
+from acceldeploy.ansible_adapter import filters
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.stacks import VERSIONS_DIR
+
+
+def model_weights_specs(services: Any, require_revision: bool = True) -> list[dict[str, Any]]:
+    """The models of one host's acceldeploy_services; bad input fails naming the variable."""
+    return [s.to_dict() for s in weights.model_specs(services, bool(require_revision))]
+
+
+def model_weights_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
+    settings = weights.Settings.check(raw)
+    return {
+        "strategy": settings.strategy,
+        "seed_host": settings.seed_host,
+        "shared_storage": settings.shared_storage,
+        "root": settings.root,
+        "verify": settings.verify,
+    }
+
+
+def model_weights_fanout(
+    infos: Sequence[Mapping[str, Any]], play_hosts: Sequence[str]
+) -> dict[str, Any]:
+    """Per host of the play: hub / pull / verify / serve model lists and its seed."""
+    try:
+        hosts = dict(zip(play_hosts, infos, strict=True))
+        plan: dict[str, Any] = weights.fanout(hosts, list(play_hosts))
+    except (KeyError, ValueError) as exc:
+        raise AcceldeployError(f"model_weights_fanout: {exc}") from None
+    return plan
+
+
+def model_weights_listings(plan_result: Mapping[str, Any]) -> dict[str, Any]:
+    """{directory: hub listing} from a seed's planned result, for its pullers."""
+    return {p["dir"]: p["listing"] for p in plan_result.get("plans") or [] if p.get("listing")}
+
+
+def model_weights_versions_file(name: str = "fetch.txt") -> str:
+    """A pinned requirements file of the repository's versions/ (``'fetch.txt' | ...``)."""
+    path = VERSIONS_DIR / str(name)
+    if not path.is_file():
+        raise AcceldeployError(f"{path} does not exist; set model_weights_versions_file")
+    return str(path)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return filters(
+            model_weights_specs,
+            model_weights_settings,
+            model_weights_fanout,
+            model_weights_listings,
+            model_weights_versions_file,
+        )

@@ -1,0 +1,194 @@
+"""library/model_weights_fetch.py gets its code through Ansible's module_utils: ansible.cfg's
+``module_utils = tools`` and AnsiballZ zip tools/acceldeploy/fetch (and the ``..modelref`` and
+``..errors`` it imports) into the module's payload. Here the module runs through a real
+``ansible`` ad-hoc call on this machine (local connection), its payload is unpacked and
+listed, and the shipped files are held to what a host can run: the standard library, relative
+imports, Python 3.9."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceldeploy.fetch.common import Listing, ModelSpec, RemoteFile, hash_file
+from acceldeploy.fetch.manifest import write_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "tools" / "acceldeploy"
+REV = "0123456789abcdef0123456789abcdef01234567"
+# What the module's payload carries of acceldeploy, and nothing else of it.
+SHIPPED = {
+    "__init__.py",
+    "errors.py",
+    "modelref.py",
+    "fetch/__init__.py",
+    "fetch/common.py",
+    "fetch/hub.py",
+    "fetch/manifest.py",
+    "fetch/plan.py",
+    "fetch/progress.py",
+    "fetch/publish.py",
+    "fetch/run.py",
+    "fetch/seed.py",
+}
+LAZY_OK = ("huggingface_hub", "modelscope", "modelscope_hub")
+
+
+def ansible_module(args: dict[str, Any], remote_tmp: Path) -> tuple[dict[str, Any], Path]:
+    """Runs model_weights_fetch on localhost the way a play does; returns its result and the
+    kept AnsiballZ file."""
+    ansible = Path(sys.executable).parent / "ansible"
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_KEEP_REMOTE_FILES": "1",
+        "ANSIBLE_PIPELINING": "0",
+        "ANSIBLE_REMOTE_TMP": str(remote_tmp),
+        "ANSIBLE_LOCAL_TEMP": str(remote_tmp / "local"),
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    proc = subprocess.run(
+        [
+            str(ansible),
+            "localhost",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-m",
+            "model_weights_fetch",
+            "-a",
+            json.dumps(args),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert "=> " in proc.stdout, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout.split("=> ", 1)[1])
+    (payload,) = remote_tmp.glob("ansible-tmp-*/AnsiballZ_model_weights_fetch.py")
+    return result, payload
+
+
+def publish_model(root: Path) -> tuple[ModelSpec, Path]:
+    spec = ModelSpec("org/model", "hf", REV)
+    directory = root / spec.dirname
+    (directory / "sub").mkdir(parents=True)
+    (directory / "config.json").write_bytes(b'{"a": 1}\n')
+    (directory / "sub" / "w.safetensors").write_bytes(os.urandom(200_000))
+    files = tuple(
+        RemoteFile(p, (directory / p).stat().st_size, sha256=hash_file(directory / p, "sha256"))
+        for p in ("config.json", "sub/w.safetensors")
+    )
+    write_manifest(directory, Listing(spec.model, "hf", REV, REV, files), spec)
+    return spec, directory
+
+
+def test_module_runs_from_its_payload(tmp_path):
+    spec, directory = publish_model(tmp_path / "models")
+    args = {
+        "state": "planned",
+        "mode": "verify",
+        "verify": "full",
+        "root": str(tmp_path / "models"),
+        "models": [spec.to_dict()],
+    }
+    result, payload = ansible_module(args, tmp_path / "remote")
+    assert not result.get("failed"), result
+    (plan,) = result["plans"]
+    assert plan["action"] == "none" and plan["rehashed_bytes"] == 200_000 + 9, plan
+
+    # What the payload carries: the fetch package and what it imports, no other acceldeploy.
+    out = subprocess.run(
+        [sys.executable, str(payload), "explode"], capture_output=True, text=True, check=True
+    )
+    unpacked = Path(out.stdout.split()[-1]) / "ansible" / "module_utils" / "acceldeploy"
+    assert {p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*.py")} == SHIPPED
+
+    # A damaged file is found by the shipped code too.
+    with (directory / "sub" / "w.safetensors").open("r+b") as fh:
+        fh.write(b"\0\0\0")
+    result, _ = ansible_module(args, tmp_path / "remote2")
+    (plan,) = result["plans"]
+    assert plan["action"] == "repair" and "sub/w.safetensors" in plan["bad"], plan
+
+
+def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    return [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED | {"fetch/__main__.py"}))
+def test_shipped_files_run_on_a_hosts_python(name):
+    """Python 3.9 syntax; at import time only the standard library and relative imports;
+    the hub clients only inside the functions that use them; no 3.10+ library features."""
+    source = (PACKAGE / name).read_text()
+    tree = ast.parse(source, feature_version=(3, 9))
+    for node in _module_level_imports(tree):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            continue
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+        for module in modules:
+            top = str(module).split(".")[0]
+            assert top in sys.stdlib_module_names, f"{name}: imports {module} at module level"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom) and node not in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                continue
+            modules = (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            )
+            for module in modules:
+                top = str(module).split(".")[0]
+                assert top in sys.stdlib_module_names or top in LAZY_OK, f"{name}: {module}"
+        if isinstance(node, ast.Call):
+            keywords = {k.arg for k in node.keywords}
+            func = ast.unparse(node.func)
+            assert not (func == "zip" and "strict" in keywords), f"{name}: zip(strict=) is 3.10"
+            assert not (func.endswith("dataclass") and keywords & {"slots", "kw_only"}), name
+        if isinstance(node, ast.Attribute):
+            assert ast.unparse(node) not in ("datetime.UTC", "typing.Self"), name
+    annotated = any(
+        isinstance(n, ast.AnnAssign) or (isinstance(n, ast.FunctionDef) and n.returns)
+        for n in ast.walk(tree)
+    )
+    if annotated:  # X | None and list[X] annotations stay strings on 3.9
+        assert "from __future__ import annotations" in source, name
+
+
+def test_the_package_init_stays_import_light():
+    """tools/acceldeploy/__init__.py is shipped with every call of the module."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+
+
+def test_filter_plugin_and_role_reach_the_package_without_paths():
+    plugin = REPO / "filter_plugins" / "model_weights_filters.py"
+    spec = importlib.util.spec_from_file_location("model_weights_filters", plugin)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    filters = module.FilterModule().filters()
+    versions = Path(filters["model_weights_versions_file"]("fetch.txt"))
+    assert versions == REPO / "versions" / "fetch.txt" and versions.is_file()
+    checked = [plugin, REPO / "library" / "model_weights_fetch.py"]
+    checked += sorted((REPO / "roles" / "model_weights").rglob("*.y*ml"))
+    for path in checked:
+        text = path.read_text()
+        assert "sys.path" not in text and "role_path }}/../.." not in text, path
+        assert not re.search(r"src:.*\.py\b", text), f"{path}: copies a Python file to hosts"
+    assert not (REPO / "roles" / "model_weights" / "filter_plugins").exists()
