@@ -258,3 +258,35 @@ def test_cli_refuses_bad_numbers_before_anything_else(tool: str, args: list[str]
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0], proc.stderr
+
+
+def test_one_bad_host_stops_the_run_for_every_host(tmp_path: Path) -> None:
+    """A good host is not changed either when another host is refused (site.yml stops)."""
+    inventory = tmp_path / "mixed.yml"
+    bad = {**ASCEND, **CLOSED, "python_env_manager": "pipx"}
+    inventory.write_text(
+        yaml.safe_dump({"all": {"hosts": {"good-01": {**ASCEND, **CLOSED}, "bad-01": bad}}})
+    )
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+         str(ROOT / "site.yml")],
+        capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+             "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    data = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert [p["play"]["name"] for p in data["plays"]] == [
+        "Preflight - check the inventory before changing any host"
+    ]
+    assert data["stats"]["good-01"]["unreachable"] == 0
+    assert data["stats"]["bad-01"]["unreachable"] == 0
+    failed = {
+        host: str(result.get("msg"))
+        for task in data["plays"][0]["tasks"]
+        for host, result in task["hosts"].items()
+        if result.get("failed")
+    }
+    assert "python_env_manager" in failed["bad-01"]
+    assert "preflight refused bad-01" in failed["good-01"]
