@@ -184,16 +184,20 @@ def preflight(stage: str, tmp: str) -> dict[str, Any]:
     inventory = Path(tmp) / f"{stage}.yml"
     hosts = {c.id: host_vars(c) for c in cases}
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    return playbook_json(inventory, "playbooks/preflight.yml")[1]
+
+
+def playbook_json(inventory: Path, playbook: str) -> tuple[int, dict[str, Any]]:
+    """ansible-playbook's exit code and its ansible.posix.json report."""
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-         str(ROOT / "playbooks/preflight.yml")],
+         str(ROOT / playbook)],
         capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
              "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
              "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"},
     )  # fmt: skip
-    data: dict[str, Any] = json.loads(proc.stdout[proc.stdout.index("{") :])
-    return data
+    return proc.returncode, json.loads(proc.stdout[proc.stdout.index("{") :])
 
 
 @pytest.fixture(scope="module")
@@ -267,16 +271,8 @@ def test_one_bad_host_stops_the_run_for_every_host(tmp_path: Path) -> None:
     inventory.write_text(
         yaml.safe_dump({"all": {"hosts": {"good-01": {**ASCEND, **CLOSED}, "bad-01": bad}}})
     )
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-         str(ROOT / "site.yml")],
-        capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-             "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"},
-    )  # fmt: skip
-    assert proc.returncode != 0
-    data = json.loads(proc.stdout[proc.stdout.index("{") :])
+    returncode, data = playbook_json(inventory, "site.yml")
+    assert returncode != 0
     assert [p["play"]["name"] for p in data["plays"]] == [
         "Preflight - check the inventory before changing any host"
     ]
