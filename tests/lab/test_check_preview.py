@@ -30,8 +30,14 @@ def test_check_diff_previews_a_bare_rack_and_changes_nothing() -> None:
     diffs = [
         str(d.get("after", ""))
         for _, _, result in run.iter_results()
-        for d in (result.get("diff") or [])
-        if isinstance(d, dict)
+        for item in [result, *(result.get("results") or [])]  # loop items carry their own
+        for d in _as_list(item.get("diff"))
     ]
     assert any("[Service]" in d for d in diffs)  # the unit it would write
     assert not any("def " in d and "import " in d for d in diffs)  # no Python source
+
+
+def _as_list(diff: object) -> list[dict]:
+    if isinstance(diff, dict):
+        return [diff]
+    return [d for d in diff if isinstance(d, dict)] if isinstance(diff, list) else []
