@@ -28,13 +28,14 @@ def test_check_diff_previews_a_bare_rack_and_changes_nothing() -> None:
         assert on_host(host, SNAPSHOT) == before[host], host
         assert run.changed(host) > 0  # it says what it would do
     diffs = [
-        str(d.get("after", ""))
-        for _, _, result in run.iter_results()
+        (task, str(d.get("after", "")))
+        for task, _, result in run.iter_results()
         for item in [result, *(result.get("results") or [])]  # loop items carry their own
         for d in _as_list(item.get("diff"))
     ]
-    assert any("[Service]" in d for d in diffs)  # the unit it would write
-    assert not any("def " in d and "import " in d for d in diffs)  # no Python source
+    assert any("[Service]" in text for _, text in diffs)  # the unit it would write
+    code = [task for task, text in diffs if "def " in text and "import " in text]
+    assert not code, f"these tasks diff Python source: {code}"
 
 
 def _as_list(diff: object) -> list[dict]:
