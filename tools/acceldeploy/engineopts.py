@@ -38,6 +38,11 @@ MINIMUM: dict[str, float] = {
 }
 
 
+def option_name(key: Any) -> str:
+    """An engine option as vLLM's parser reads it: no leading dashes, '_' as '-'."""
+    return str(key).lstrip("-").replace("_", "-")
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     engine: str
@@ -46,7 +51,7 @@ class EngineOptions:
 
     def check(self, extra_args: Mapping[str, Any], var: str) -> None:
         for key, value in extra_args.items():
-            flag = "--" + str(key).lstrip("-").replace("_", "-")
+            flag = "--" + option_name(key)
             option = self.options.get(flag)
             if option is None or option.get("positional"):
                 close = difflib.get_close_matches(flag, list(self.options), n=1, cutoff=0.75)

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from acceldeploy.engineopts import option_name
 from acceldeploy.errors import AcceldeployError
 
 DEFAULT_MAX_NUM_SEQS = 128  # utils.sh PREFERED_NUM_SEQS
@@ -130,7 +131,7 @@ def shape_for(
 def option(options: Mapping[str, Any], flag: str) -> Any:
     """An engine option by its flag name, however the inventory spelt it (-/_ and leading --)."""
     for key, value in options.items():
-        if str(key).lstrip("-").replace("_", "-") == flag:
+        if option_name(key) == flag:
             return value
     return None
 

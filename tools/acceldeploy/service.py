@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acceldeploy import catalog
+from acceldeploy.engineopts import option_name
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
 
@@ -73,10 +74,6 @@ MEMORY_KEYS = ("weights_gib", "activation_gib", "non_torch_gib")
 @dataclass(frozen=True)
 class Service:
     name: str
-    model: str
-    source: str
-    revision: str | None
-    allow_patterns: list[str] | None
     devices: list[int]
     tensor_parallel_size: int
     port: int
@@ -95,6 +92,23 @@ class Service:
     ref: ModelRef
     where: str = ""  # how messages name it: acceldeploy_services[i] (name)
     catalog_entry: catalog.CatalogEntry | None = field(default=None, compare=False)
+
+    @property
+    def model(self) -> str:
+        return self.ref.model
+
+    @property
+    def source(self) -> str:
+        return self.ref.source
+
+    @property
+    def revision(self) -> str | None:
+        return self.ref.revision
+
+    @property
+    def allow_patterns(self) -> list[str] | None:
+        patterns = self.ref.allow_patterns
+        return None if patterns is None else list(patterns)
 
     @property
     def binds_loopback(self) -> bool:
@@ -117,11 +131,6 @@ def _mapping(value: Any, var: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise AcceldeployError(f"{var} must be a mapping, got {value!r}")
     return value
-
-
-def option_name(key: Any) -> str:
-    """An engine option as vLLM's parser sees it: no leading dashes, '_' read as '-'."""
-    return str(key).lstrip("-").replace("_", "-").lower()
 
 
 def _keys(spec: dict[str, Any], var: str) -> None:
@@ -212,7 +221,7 @@ def _env(merged: dict[str, Any], var: str) -> dict[str, str]:
 
 def _extra_args(merged: dict[str, Any], var: str) -> dict[str, Any]:
     for key in merged["extra_args"]:
-        owner = OWNED_OPTIONS.get(option_name(key))
+        owner = OWNED_OPTIONS.get(option_name(key).lower())
         if owner:
             raise AcceldeployError(
                 f"{var}.extra_args.{key} is set from the service's own keys; set its "
@@ -273,10 +282,6 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
     block = merged["block_size"]
     return Service(
         name=name,
-        model=ref.model,
-        source=ref.source,
-        revision=ref.revision,
-        allow_patterns=None if ref.allow_patterns is None else list(ref.allow_patterns),
         devices=devices,
         tensor_parallel_size=tp,
         port=_int(merged["port"], f"{var}.port", 1, 65535),
