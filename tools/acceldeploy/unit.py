@@ -189,6 +189,7 @@ class _Place:
     secret_path: str | None
     base_url: str
     timeout: int
+    groups: tuple[str, ...]
 
     @classmethod
     def of(cls, launch: Launch, platform: Platform, opts: UnitOptions) -> _Place:
@@ -202,6 +203,7 @@ class _Place:
             secret_path=f"{opts.secret_dir}/{name}.env" if launch.secret_env else None,
             base_url=f"http://{_url_host(launch.host)}:{launch.port}",
             timeout=opts.start_timeout or platform.start_timeout,
+            groups=opts.groups if opts.groups is not None else platform.groups,
         )
 
 
@@ -242,11 +244,10 @@ def _service_directives(
     env: dict[str, str],
     opts: UnitOptions,
 ) -> list[tuple[str, str]]:
-    groups = opts.groups if opts.groups is not None else platform.groups
     docker_rm = f"-/usr/bin/docker rm -f acceldeploy-{launch.name}"
     out: list[tuple[str, str]] = [("Type", "exec"), ("User", opts.user), ("Group", opts.user)]
-    if groups:
-        out.append(("SupplementaryGroups", " ".join(groups)))
+    if place.groups:
+        out.append(("SupplementaryGroups", " ".join(place.groups)))
     out += [("Environment", env_value(k, v)) for k, v in env.items()]
     if place.secret_path:
         out.append(("EnvironmentFile", place.secret_path))
@@ -304,7 +305,6 @@ def build(
         {"name": "Install", "directives": [["WantedBy", "multi-user.target"]]},
     ]
     check = None if platform.container else argcheck_command(launch.argv, launch.env_scripts)
-    groups = opts.groups if opts.groups is not None else platform.groups
     return ServiceUnit(
         name=launch.name,
         platform=launch.platform,
@@ -317,7 +317,7 @@ def build(
         argv=list(launch.argv),
         env=env,
         secret_env=list(launch.secret_env),
-        groups=list(groups),
+        groups=list(place.groups),
         exec_argv=_exec_argv(launch, platform, place, models_root, opts),
         env_scripts=list(launch.env_scripts),
         sections=sections,

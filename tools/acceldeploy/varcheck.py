@@ -46,11 +46,8 @@ def specs() -> dict[str, dict[str, Any]]:
 
 @cache
 def declared() -> frozenset[str]:
-    names = set(INVENTORY_VARS)
+    names = set(INVENTORY_VARS) | set(specs())
     for role in ROLES:
-        specs = yaml.safe_load((ROLES_DIR / role / "meta/argument_specs.yml").read_text())
-        for entry in specs["argument_specs"].values():
-            names.update(entry.get("options") or {})
         names |= _keys(f"{role}/defaults/main.yml") | _keys(f"{role}/vars/main.yml")
     return frozenset(names)
 
