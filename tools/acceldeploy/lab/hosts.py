@@ -1,7 +1,7 @@
 """Lab hosts: one systemd-nspawn container per host, each kept alive by a small supervisor.
 
 Layout:
-    $ACCELDEPLOY_CACHE/rootfs/bookworm      shared read-only lower layer (rootfs.py)
+    $ACCELDEPLOY_CACHE/rootfs/<suite>       shared read-only lower layer (rootfs.py)
     $ACCELDEPLOY_CACHE/lab/<host>/upper     the host's writes (overlayfs upper + work dirs)
     /run/acceldeploy-lab/id_ed25519         root's ssh key for every host
     /run/acceldeploy-lab/hosts/<host>/      host.json, supervisor.pid, nspawn.pid, logs, root/
@@ -11,6 +11,8 @@ own session, mounts the overlay on root/, and runs systemd-nspawn in a loop: exi
 (the container asked for a reboot) starts it again, anything else ends the loop. SIGTERM to
 the supervisor is passed on to systemd-nspawn, which shuts the container down in order.
 Each host has its own cgroups; processes.py finds, stops and kills what a host runs.
+Each host boots one Debian suite (bookworm unless asked otherwise); hosts of different
+suites run side by side, each on the rootfs of its own suite.
 """
 
 from __future__ import annotations
@@ -119,9 +121,8 @@ class LabPaths:
     def lock(self) -> Path:
         return self.state / "lock"
 
-    @property
-    def rootfs(self) -> Path:
-        return rootfs.rootfs_path(self.cache)
+    def rootfs(self, suite: rootfs.Suite) -> Path:
+        return rootfs.rootfs_path(self.cache, suite)
 
     def run_dir(self, name: str) -> Path:
         return self.state / "hosts" / name
@@ -138,6 +139,7 @@ class HostSpec:
     lower: Path
     data: Path
     run: Path
+    suite: rootfs.Suite = rootfs.DEFAULT_SUITE
     binds: tuple[Bind, ...] = ()
     capabilities: tuple[str, ...] = ()
 
@@ -185,6 +187,7 @@ class HostSpec:
             "lower": str(self.lower),
             "data": str(self.data),
             "run": str(self.run),
+            "suite": self.suite.name,
             "binds": [[str(b.src), b.dst, b.read_only] for b in self.binds],
             "capabilities": list(self.capabilities),
         }
@@ -200,6 +203,8 @@ class HostSpec:
             lower=Path(data["lower"]),
             data=Path(data["data"]),
             run=Path(data["run"]),
+            # host.json written before the lab knew suites: those hosts run bookworm
+            suite=rootfs.suite_named(data.get("suite", rootfs.DEFAULT_SUITE.name)),
             binds=tuple(Bind(Path(s), d, bool(ro)) for s, d, ro in data["binds"]),
             capabilities=tuple(data["capabilities"]),
         )
@@ -388,9 +393,11 @@ def boot_host(
     ssh_port: int,
     binds: Sequence[Bind | tuple[str | Path, str, bool]] = (),
     capabilities: Sequence[str] = (),
+    suite: rootfs.Suite = rootfs.DEFAULT_SUITE,
     say: Say = say_stdout,
 ) -> HostSpec:
-    """Start host lab<index> under a detached supervisor; return at once (see wait_ready).
+    """Start host lab<index> on the suite's rootfs under a detached supervisor; return at
+    once (see wait_ready).
 
     binds are extra mounts: (host source, path in the host, read_only).
     """
@@ -399,20 +406,22 @@ def boot_host(
         name=name,
         index=index,
         ssh_port=ssh_port,
-        lower=paths.rootfs,
+        lower=paths.rootfs(suite),
         data=paths.data_dir(name),
         run=paths.run_dir(name),
+        suite=suite,
         binds=tuple(Bind.of(b) for b in binds),
         capabilities=tuple(capabilities),
     )
+    digest = rootfs.recipe_digest(suite)
     digest_file = spec.data / "rootfs.digest"
-    if spec.upper.exists() and _read_text(digest_file) != rootfs.recipe_digest():
+    if spec.upper.exists() and _read_text(digest_file) != digest:
         say(f"{name}: kept state was made on another rootfs; starting fresh")
         rootfs.remove_tree(spec.data)
     elif spec.upper.exists():
         say(f"{name}: reusing kept state in {spec.data}")
     spec.data.mkdir(parents=True, exist_ok=True)
-    _write_atomic(digest_file, rootfs.recipe_digest())
+    _write_atomic(digest_file, digest)
     spec.run.mkdir(parents=True, exist_ok=True)
     for log in (spec.console_log, spec.supervisor_log):
         log.write_bytes(b"")
@@ -432,7 +441,7 @@ def boot_host(
             start_new_session=True,
         )
     _write_atomic(spec.supervisor_pid_file, f"{proc.pid}\n")
-    say(f"{name}: booting (ssh 127.0.0.1:{ssh_port}, supervisor pid {proc.pid})")
+    say(f"{name}: booting {suite.name} (ssh 127.0.0.1:{ssh_port}, supervisor pid {proc.pid})")
     return spec
 
 
@@ -524,17 +533,19 @@ def running_hosts(paths: LabPaths) -> list[str]:
 
 def up(
     paths: LabPaths,
-    count: int = DEFAULT_HOSTS,
+    suites: Sequence[rootfs.Suite] = (rootfs.DEFAULT_SUITE,) * DEFAULT_HOSTS,
     base_port: int = DEFAULT_BASE_PORT,
     binds: Sequence[Bind | tuple[str | Path, str, bool]] = (),
     inventory: Path = DEFAULT_INVENTORY,
     timeout: float = BOOT_TIMEOUT,
     say: Say = say_stdout,
 ) -> Path:
-    if count < 1:
+    """Start lab1..labN, host i booting suites[i-1]; hosts already running are left alone."""
+    if not suites:
         raise LabError("--hosts must be at least 1")
     bind_list = [Bind.of(b) for b in binds]
-    names = [host_name(i) for i in range(1, count + 1)]
+    wanted = {host_name(i): suite for i, suite in enumerate(suites, start=1)}
+    names = list(wanted)
     running = set(running_hosts(paths))
     orphans = sorted({m.removeprefix(MACHINE_PREFIX) for m in nspawn_pids().values()} - running)
     if orphans:
@@ -544,15 +555,25 @@ def up(
         )
     extra = sorted(running - set(names), key=host_index)
     if extra:
+        count = host_index(extra[-1])
         raise LabError(
-            f"{', '.join(extra)} running but --hosts {count} asked: "
-            f"run `tools/lab.py down` first or pass --hosts {host_index(extra[-1])}"
+            f"{', '.join(extra)} running but {len(names)} hosts asked: run `tools/lab.py down` "
+            f"first or ask for {count} (--hosts {count}, or {count} --suites)"
         )
+    running_specs = {name: HostSpec.load(paths.run_dir(name)) for name in running}
+    on_other_suite = [
+        f"{name} runs {running_specs[name].suite.name}, {wanted[name].name} asked"
+        for name in sorted(running, key=host_index)
+        if running_specs[name].suite.name != wanted[name].name
+    ]
+    if on_other_suite:
+        raise LabError(f"{'; '.join(on_other_suite)}: run `tools/lab.py down` first")
     to_start = [(i, n) for i, n in enumerate(names, start=1) if n not in running]
     ports = {n: base_port + i - 1 for i, n in to_start}
-    rootfs_ready = rootfs.is_current(paths.rootfs)
+    suites_needed = list(dict.fromkeys(suites))
+    stale = [s for s in suites_needed if not rootfs.is_current(paths.rootfs(s), s)]
     needed = ["systemd-nspawn", "ssh", "ssh-keygen", "mount", "umount"]
-    if not rootfs_ready:
+    if stale:
         needed.insert(0, "debootstrap")
     prereq.require(
         [
@@ -565,31 +586,36 @@ def up(
             *prereq.check_paths_exist(b.src for b in bind_list),
         ]
     )
-    if not rootfs_ready and running:
+    on_stale = sorted((n for n in running if wanted[n] in stale), key=host_index)
+    if on_stale:
         raise LabError(
-            "the rootfs recipe changed while hosts run on the old one: "
+            f"the rootfs recipe changed while {', '.join(on_stale)} run on the old one: "
             "run `tools/lab.py down` first, then up"
         )
     paths.state.mkdir(parents=True, exist_ok=True)
     with rootfs.file_lock(paths.lock):
         try:
-            rootfs.ensure_rootfs(paths.cache, say)
+            for suite in suites_needed:
+                rootfs.ensure_rootfs(paths.cache, suite, say)
         except rootfs.RootfsError as exc:
             raise LabError(str(exc)) from exc
         key = ensure_key(paths)
         specs: list[HostSpec] = []
-        for name in names:
+        for name, suite in wanted.items():
             if name in running:
-                spec = HostSpec.load(paths.run_dir(name))
+                spec = running_specs[name]
                 say(f"{name}: already running (ssh 127.0.0.1:{spec.ssh_port}), left alone")
                 if set(spec.binds) != set(bind_list):
                     say(f"{name}: runs with other bind mounts than asked; down/up to change them")
                 specs.append(spec)
             else:
-                specs.append(boot_host(paths, host_index(name), ports[name], bind_list, say=say))
+                spec = boot_host(
+                    paths, host_index(name), ports[name], bind_list, suite=suite, say=say
+                )
+                specs.append(spec)
         wait_ready(specs, key, timeout)
         say("all hosts: systemctl is-system-running = running")
-        hosts = [InventoryHost(s.name, s.index, s.ssh_port) for s in specs]
+        hosts = [InventoryHost(s.name, s.index, s.ssh_port, s.suite.name) for s in specs]
         return write_inventory(inventory, hosts, key)
 
 
@@ -638,6 +664,13 @@ class HostStatus:
     ssh_port: int | None
     boot_id: str = "-"
     system: str = "-"
+    suite: str = "-"
+
+
+def kept_suite(paths: LabPaths, name: str) -> str:
+    """The suite of a stopped host's kept state (`down --keep`), from the rootfs it was made on."""
+    digest = _read_text(paths.data_dir(name) / "rootfs.digest")
+    return next((s.name for s in rootfs.SUITES.values() if rootfs.recipe_digest(s) == digest), "-")
 
 
 def status(paths: LabPaths) -> list[HostStatus]:
@@ -649,7 +682,8 @@ def status(paths: LabPaths) -> list[HostStatus]:
         port = spec.ssh_port if spec else None
         if supervisor_pid(run) is None or spec is None:
             orphaned = nspawn_pids(MACHINE_PREFIX + name)
-            rows.append(HostStatus(name, "orphaned" if orphaned else "stopped", port))
+            state = "orphaned" if orphaned else "stopped"
+            rows.append(HostStatus(name, state, port, suite=kept_suite(paths, name)))
             continue
         code, out = ssh_run(
             paths.key,
@@ -660,15 +694,15 @@ def status(paths: LabPaths) -> list[HostStatus]:
         lines = out.splitlines()
         boot_id = lines[0] if lines else "-"
         system = lines[1] if len(lines) > 1 else ("unreachable" if code == 255 else "-")
-        rows.append(HostStatus(name, "running", port, boot_id, system))
+        rows.append(HostStatus(name, "running", port, boot_id, system, spec.suite.name))
     return rows
 
 
 def format_status(rows: Iterable[HostStatus]) -> str:
-    table = [("HOST", "STATE", "SSH", "BOOT ID", "SYSTEM")]
+    table = [("HOST", "SUITE", "STATE", "SSH", "BOOT ID", "SYSTEM")]
     for row in rows:
         port = f"127.0.0.1:{row.ssh_port}" if row.ssh_port else "-"
-        table.append((row.name, row.state, port, row.boot_id, row.system))
+        table.append((row.name, row.suite, row.state, port, row.boot_id, row.system))
     if len(table) == 1:
         return "no lab hosts (tools/lab.py up)"
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]

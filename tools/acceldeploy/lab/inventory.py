@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from acceldeploy.lab.rootfs import DEFAULT_SUITE
+
 GROUP = "lab"
 HEADER = (
     "# Written by `tools/lab.py up`; rewritten on every up. Hosts are systemd-nspawn\n"
@@ -23,6 +25,7 @@ class InventoryHost:
     name: str
     index: int
     ssh_port: int
+    suite: str = DEFAULT_SUITE.name
 
 
 def inventory_data(hosts: list[InventoryHost], key: Path) -> dict[str, Any]:
@@ -36,6 +39,7 @@ def inventory_data(hosts: list[InventoryHost], key: Path) -> dict[str, Any]:
             "ansible_ssh_common_args": SSH_COMMON_ARGS,
             "ansible_python_interpreter": "/usr/bin/python3",
             "lab_index": host.index,
+            "lab_suite": host.suite,
         }
     return {
         "all": {

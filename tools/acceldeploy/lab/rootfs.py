@@ -1,4 +1,5 @@
-"""The lab's Debian root filesystem: built once with debootstrap, cached, shared read-only."""
+"""The lab's Debian root filesystems, one per suite: each built once with debootstrap, cached
+in $ACCELDEPLOY_CACHE/rootfs/<suite>, shared read-only by the hosts booted from it."""
 
 from __future__ import annotations
 
@@ -11,17 +12,18 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
 RECIPE_VERSION = 2
 STAMP = Path("etc/acceldeploy-lab-rootfs.json")
 
-PACKAGES: tuple[str, ...] = (
+COMMON_PACKAGES: tuple[str, ...] = (
     "systemd",
     "systemd-sysv",
     "dbus",
@@ -45,7 +47,6 @@ PACKAGES: tuple[str, ...] = (
     "grub-common",
     "grub2-common",
     "dmidecode",
-    "cpufrequtils",
 )
 
 # Unattended apt runs would race the roles' own apt tasks for the dpkg lock.
@@ -73,6 +74,36 @@ class RootfsError(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Suite:
+    """A Debian release the lab boots and what debootstrap installs for it."""
+
+    name: str
+    release: str
+    packages: tuple[str, ...]
+
+
+SUITES: dict[str, Suite] = {
+    suite.name: suite
+    for suite in (
+        Suite("bookworm", "Debian 12", (*COMMON_PACKAGES, "cpufrequtils")),
+        Suite("bullseye", "Debian 11", (*COMMON_PACKAGES, "cpufrequtils")),
+        # cpufrequtils left Debian after bookworm; linux-cpupower is its successor.
+        Suite("trixie", "Debian 13", (*COMMON_PACKAGES, "linux-cpupower")),
+    )
+}
+DEFAULT_SUITE = SUITES["bookworm"]
+
+
+def suite_named(name: str) -> Suite:
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise RootfsError(
+            f"unknown Debian suite {name!r}: the lab knows {', '.join(SUITES)}"
+        ) from None
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("ACCELDEPLOY_CACHE") or DEFAULT_CACHE)
 
@@ -81,24 +112,25 @@ def mirror() -> str:
     return os.environ.get("ACCELDEPLOY_DEBIAN_MIRROR") or DEFAULT_MIRROR
 
 
-def rootfs_path(cache: Path) -> Path:
-    return cache / "rootfs" / SUITE
+def rootfs_path(cache: Path, suite: Suite) -> Path:
+    return cache / "rootfs" / suite.name
 
 
-def sources_list(mirror_url: str) -> str:
+def sources_list(suite: Suite, mirror_url: str) -> str:
+    # From bullseye on, security updates live in <suite>-security (buster had buster/updates).
     security = "http://deb.debian.org/debian-security"
     return (
-        f"deb {mirror_url} {SUITE} main\n"
-        f"deb {mirror_url} {SUITE}-updates main\n"
-        f"deb {security} {SUITE}-security main\n"
+        f"deb {mirror_url} {suite.name} main\n"
+        f"deb {mirror_url} {suite.name}-updates main\n"
+        f"deb {security} {suite.name}-security main\n"
     )
 
 
-def recipe_digest() -> str:
+def recipe_digest(suite: Suite) -> str:
     recipe = {
         "version": RECIPE_VERSION,
-        "suite": SUITE,
-        "packages": sorted(PACKAGES),
+        "suite": suite.name,
+        "packages": sorted(suite.packages),
         "masked": sorted(MASKED_UNITS),
         "sshd": SSHD_CONFIG,
         "hosts": HOSTS_FILE,
@@ -115,8 +147,8 @@ def built_digest(root: Path) -> str | None:
     return digest if isinstance(digest, str) else None
 
 
-def is_current(root: Path) -> bool:
-    return built_digest(root) == recipe_digest()
+def is_current(root: Path, suite: Suite) -> bool:
+    return built_digest(root) == recipe_digest(suite)
 
 
 def _unescape_mountinfo(field: str) -> str:
@@ -176,7 +208,7 @@ def _write(root: Path, rel: str, content: str, mode: int = 0o644) -> None:
     target.chmod(mode)
 
 
-def configure(root: Path, mirror_url: str) -> None:
+def configure(root: Path, suite: Suite, mirror_url: str) -> None:
     _write(root, "etc/machine-id", "", 0o444)
     (root / "var/lib/dbus/machine-id").unlink(missing_ok=True)
     for key in (root / "etc/ssh").glob("ssh_host_*"):
@@ -185,7 +217,7 @@ def configure(root: Path, mirror_url: str) -> None:
     _write(root, "etc/hostname", "acceldeploy-lab\n")
     _write(root, "etc/hosts", HOSTS_FILE)
     _write(root, "etc/default/locale", "LANG=C.UTF-8\n")
-    _write(root, "etc/apt/sources.list", sources_list(mirror_url))
+    _write(root, "etc/apt/sources.list", sources_list(suite, mirror_url))
     for unit in MASKED_UNITS:
         link = root / "etc/systemd/system" / unit
         link.unlink(missing_ok=True)
@@ -193,17 +225,17 @@ def configure(root: Path, mirror_url: str) -> None:
     (root / "root/.ssh").mkdir(mode=0o700, exist_ok=True)
     for deb in (root / "var/cache/apt/archives").glob("*.deb"):
         deb.unlink()
-    stamp = {"digest": recipe_digest(), "suite": SUITE, "packages": list(PACKAGES)}
+    stamp = {"digest": recipe_digest(suite), "suite": suite.name, "packages": list(suite.packages)}
     _write(root, str(STAMP), json.dumps(stamp, indent=2) + "\n")
 
 
-def _debootstrap(target: Path, debs: Path, mirror_url: str, log: Path) -> None:
+def _debootstrap(suite: Suite, target: Path, debs: Path, mirror_url: str, log: Path) -> None:
     argv = [
         "debootstrap",
         "--variant=minbase",
-        f"--include={','.join(PACKAGES)}",
+        f"--include={','.join(suite.packages)}",
         f"--cache-dir={debs}",
-        SUITE,
+        suite.name,
         str(target),
         mirror_url,
     ]
@@ -226,35 +258,40 @@ def _debootstrap(target: Path, debs: Path, mirror_url: str, log: Path) -> None:
         raise RootfsError(f"debootstrap failed (exit {code}); full log: {log}\n{tail}")
 
 
-def ensure_rootfs(cache: Path, say: Callable[[str], None] = print) -> Path:
-    """Return the cached rootfs, building it first if it is missing or its recipe changed.
+def ensure_rootfs(cache: Path, suite: Suite, say: Callable[[str], None] = print) -> Path:
+    """Return the suite's cached rootfs, building it first if it is missing or its recipe changed.
 
     The build happens in a sibling temp dir that is renamed into place only when complete,
-    so an interrupted build is never mistaken for a usable rootfs.
+    so an interrupted build is never mistaken for a usable rootfs. Each suite has its own
+    lock, download cache and log, so different suites can build at the same time.
     """
-    target = rootfs_path(cache)
-    if is_current(target):
+    target = rootfs_path(cache, suite)
+    if is_current(target, suite):
         return target
     base = target.parent
     base.mkdir(parents=True, exist_ok=True)
-    with file_lock(base / ".lock"):
-        if is_current(target):
+    with file_lock(base / f".lock-{suite.name}"):
+        if is_current(target, suite):
             return target
-        for stale in base.glob(f".{SUITE}.*"):
+        for stale in (*base.glob(f".{suite.name}.partial-*"), *base.glob(f".{suite.name}.old-*")):
             remove_tree(stale)
-        debs = base / "debs"
-        debs.mkdir(exist_ok=True)
-        log = base / "debootstrap.log"
+        debs = base / "debs" / suite.name
+        debs.mkdir(parents=True, exist_ok=True)
+        log = base / f"debootstrap-{suite.name}.log"
         reason = "recipe changed, rebuilding" if target.exists() else "first build"
-        say(f"building Debian {SUITE} rootfs in {target} ({reason}, a few minutes; log: {log})")
-        partial = Path(tempfile.mkdtemp(prefix=f".{SUITE}.partial-", dir=base))
+        say(
+            f"building {suite.release} ({suite.name}) rootfs in {target} "
+            f"({reason}, a few minutes; log: {log})"
+        )
+        started = time.monotonic()
+        partial = Path(tempfile.mkdtemp(prefix=f".{suite.name}.partial-", dir=base))
         try:
             partial.chmod(0o755)
-            _debootstrap(partial, debs, mirror(), log)
+            _debootstrap(suite, partial, debs, mirror(), log)
             unmount_under(partial)
-            configure(partial, mirror())
+            configure(partial, suite, mirror())
             if target.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{SUITE}.old-", dir=base))
+                old = Path(tempfile.mkdtemp(prefix=f".{suite.name}.old-", dir=base))
                 old.rmdir()
                 target.rename(old)
                 partial.rename(target)
@@ -264,5 +301,6 @@ def ensure_rootfs(cache: Path, say: Callable[[str], None] = print) -> Path:
         except BaseException:
             remove_tree(partial)
             raise
+        say(f"{suite.name} rootfs built in {time.monotonic() - started:.0f}s")
     say(f"rootfs ready: {target}")
     return target

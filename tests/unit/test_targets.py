@@ -1,0 +1,152 @@
+"""Preflight's first contact (acceldeploy.targets): the probe's output parsed, the release and
+the interpreters checked against data/targets.yml and the stack, in plain words."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+
+from acceldeploy import kernelargs, targets
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.runtimes.python_env import python_env_plan
+
+
+def probe_output(
+    os_id: str,
+    version_id: str,
+    pretty: str,
+    systemd: str | None,
+    python: str | None,
+    venv_python: str | None = None,
+    glibc: str | None = "2.36",
+) -> str:
+    lines = [
+        "== os-release",
+        f'PRETTY_NAME="{pretty}"',
+        f"ID={os_id}",
+        f'VERSION_ID="{version_id}"',
+        "== systemd",
+        *([f"systemd {systemd} ({systemd}.1-1)"] if systemd else []),
+        "== arch",
+        "x86_64",
+        "== glibc",
+        *([f"glibc {glibc}"] if glibc else []),
+        "== python ansible_python_interpreter",
+        python or "not found",
+        "== python model_weights_venv_python",
+        python or "not found",
+        "== python python_env_venv_python",
+        venv_python or "not found",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def cpu_env(**options: Any) -> dict[str, Any]:
+    return python_env_plan({"platform": "cpu", "find_links": ["/w"], "no_index": True, **options})
+
+
+def inputs(**extra: Any) -> dict[str, Any]:
+    return {"ansible_python": "/usr/bin/python3", "hub_python": "python3", **extra}
+
+
+BOOKWORM = probe_output("debian", "12", "Debian GNU/Linux 12 (bookworm)", "252", "3.11.2", "3.11.2")
+
+
+def test_the_probe_runs_here_and_parses() -> None:
+    script = targets.probe_script({"ansible_python_interpreter": "python3"})
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    facts = targets.Facts.parse(out)
+    assert facts.arch and facts.os_id
+    assert facts.pythons["ansible_python_interpreter"] is not None
+
+
+def test_a_missing_interpreter_is_reported_not_an_error_of_the_probe() -> None:
+    script = targets.probe_script({"model_weights_venv_python": "/nonexistent/python3"})
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert targets.Facts.parse(out).pythons == {"model_weights_venv_python": None}
+
+
+def test_bookworm_passes_with_its_fetch_wheel_set() -> None:
+    target = targets.check(BOOKWORM, inputs(python_env=cpu_env()))
+    assert target["fetch_wheels"] == {
+        "key": "cp311-x86_64-glibc2.36",
+        "python": "3.11",
+        "arch": "x86_64",
+        "glibc": 36,
+    }
+    assert target["systemd"] == 252
+
+
+def test_bullseye_hub_clients_pass_but_the_cpu_venv_is_refused_naming_the_fix() -> None:
+    out = probe_output(
+        "debian", "11", "Debian GNU/Linux 11 (bullseye)", "247", "3.9.2", None, "2.31"
+    )
+    assert targets.check(out, inputs())["fetch_wheels"]["key"] == "cp39-x86_64-glibc2.31"
+    with pytest.raises(AcceldeployError) as err:
+        targets.check(out, inputs(python_env=cpu_env()))
+    message = str(err.value)
+    assert "python_env_venv_python: /usr/bin/python3.11 is not on this host" in message
+    assert "ships Python 3.9" in message
+    assert "==3.11.*" in message and "python_env_manager: conda" in message
+
+
+def test_a_venv_interpreter_of_the_wrong_version_is_refused() -> None:
+    out = probe_output("debian", "13", "Debian GNU/Linux 13 (trixie)", "257", "3.13.5", "3.13.5")
+    with pytest.raises(AcceldeployError, match=r"/usr/bin/python3.13 is Python 3.13"):
+        targets.check(out, inputs(python_env=cpu_env(venv_python="/usr/bin/python3.13")))
+
+
+def test_conda_needs_no_host_interpreter_for_the_stack() -> None:
+    out = probe_output("openEuler", "22.03", "openEuler 22.03 (LTS-SP3)", "249", "3.9.9")
+    env = python_env_plan({"platform": "ascend", "manager": "conda"})
+    assert targets.check(out, inputs(python_env=env))["fetch_wheels"]["python"] == "3.9"
+
+
+@pytest.mark.parametrize(
+    ("os_id", "version", "pretty", "systemd", "python", "expected"),
+    [
+        ("kylin", "V10", "Kylin Linux Advanced Server V10", "239", "3.7.9", "is refused"),
+        ("ubuntu", "20.04", "Ubuntu 20.04.6 LTS", "245", "3.8.10", "is refused"),
+        ("rocky", "9.4", "Rocky Linux 9.4", "252", "3.9.18", "acceldeploy_allow_untested_os"),
+    ],
+)
+def test_refused_and_unlisted_releases(
+    os_id: str, version: str, pretty: str, systemd: str, python: str, expected: str
+) -> None:
+    out = probe_output(os_id, version, pretty, systemd, python)
+    with pytest.raises(AcceldeployError, match=expected):
+        targets.check(out, inputs())
+
+
+def test_allow_untested_still_applies_the_minimums() -> None:
+    rocky = probe_output("rocky", "9.4", "Rocky Linux 9.4", "252", "3.9.18")
+    assert targets.check(rocky, inputs(allow_untested=True))["os_id"] == "rocky"
+    kylin = probe_output("kylin", "V10", "Kylin V10", "239", "3.7.9")
+    with pytest.raises(AcceldeployError) as err:
+        targets.check(kylin, inputs(allow_untested=True))
+    assert "systemd 239" in str(err.value) and "older than 247" in str(err.value)
+    assert "ansible_python_interpreter: /usr/bin/python3 is Python 3.7" in str(err.value)
+
+
+def test_no_systemd_and_no_glibc_are_refused() -> None:
+    out = probe_output("debian", "12", "Debian 12", None, "3.11.2", glibc=None)
+    with pytest.raises(AcceldeployError, match="no systemd on this host"):
+        targets.check(out, inputs())
+    out = probe_output("debian", "12", "Debian 12", "252", "3.11.2", glibc=None)
+    with pytest.raises(AcceldeployError, match="no glibc found"):
+        targets.check(out, inputs())
+
+
+def test_auto_interpreter_discovery_probes_python3() -> None:
+    assert targets.probe_pythons({"ansible_python": "auto_silent"}) == {
+        "ansible_python_interpreter": "python3"
+    }
+
+
+def test_the_table_grub_column_matches_what_kernelargs_decides() -> None:
+    family = {"apt": "Debian", "dnf": "RedHat"}
+    for row in targets.table()["supported"]:
+        decided = kernelargs.grub_family(family[row["packages"]], str(row["id"]))
+        assert decided == {"dropin": "debian", "default_grub": "redhat"}[row["grub"]], row

@@ -1,0 +1,266 @@
+"""The operating systems acceldeploy deploys to (data/targets.yml) and preflight's first contact
+with each host: one read-only shell probe (``probe_script``, run with Ansible's ``raw`` so it
+needs no Python on the host) gives the release, systemd's version, the architecture, glibc and
+the version of every interpreter a stage will use; ``check`` refuses an unsupported target
+naming the variable and the fix, and returns what later stages need (the fetch wheel set).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from acceldeploy.data_files import load
+from acceldeploy.errors import AcceldeployError
+
+MARK = "== "
+PYTHON_VERSION = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+
+
+def table() -> dict[str, Any]:
+    return load("targets")
+
+
+def probe_script(pythons: Mapping[str, str]) -> str:
+    """POSIX sh printing one ``== name`` section per fact; ``pythons`` is label -> command."""
+    lines = [
+        f"echo '{MARK}os-release'; cat /etc/os-release 2>/dev/null",
+        f"echo '{MARK}systemd'; systemctl --version 2>/dev/null | head -n 1",
+        f"echo '{MARK}arch'; uname -m",
+        f"echo '{MARK}glibc'; getconf GNU_LIBC_VERSION 2>/dev/null",
+    ]
+    for label, command in pythons.items():
+        exe = shlex.quote(command)
+        lines.append(
+            f"echo '{MARK}python {label}'; "
+            f"if command -v {exe} >/dev/null 2>&1; "
+            f"then {exe} -c {shlex.quote(PYTHON_VERSION)} 2>&1; else echo 'not found'; fi"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _sections(stdout: str) -> dict[str, str]:
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in stdout.splitlines():
+        if line.startswith(MARK):
+            current = found.setdefault(line[len(MARK) :].strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(body).strip() for name, body in found.items()}
+
+
+def _os_release(text: str) -> dict[str, str]:
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip().strip("\"'")
+    return values
+
+
+def _python_version(text: str) -> str | None:
+    match = re.fullmatch(r"(\d+)\.(\d+)\.\d+", text.strip())
+    return f"{match[1]}.{match[2]}" if match else None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the probe read on one host."""
+
+    os_id: str
+    version_id: str
+    pretty_name: str
+    systemd: int | None
+    arch: str
+    glibc_minor: int | None
+    pythons: dict[str, str | None] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, stdout: str) -> Facts:
+        sections = _sections(stdout)
+        release = _os_release(sections.get("os-release", ""))
+        systemd = re.match(r"systemd (\d+)", sections.get("systemd", ""))
+        glibc = re.search(r"glibc 2\.(\d+)", sections.get("glibc", ""))
+        return cls(
+            os_id=release.get("ID", ""),
+            version_id=release.get("VERSION_ID", ""),
+            pretty_name=release.get("PRETTY_NAME") or release.get("NAME") or "an unknown OS",
+            systemd=int(systemd[1]) if systemd else None,
+            arch=sections.get("arch", "").strip(),
+            glibc_minor=int(glibc[1]) if glibc else None,
+            pythons={
+                name.removeprefix("python "): _python_version(text)
+                for name, text in sections.items()
+                if name.startswith("python ")
+            },
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "os_id": self.os_id,
+            "version_id": self.version_id,
+            "pretty_name": self.pretty_name,
+            "systemd": self.systemd,
+            "arch": self.arch,
+            "glibc_minor": self.glibc_minor,
+            "pythons": dict(self.pythons),
+        }
+
+
+def _row(rows: list[dict[str, Any]], facts: Facts) -> dict[str, Any] | None:
+    for row in rows:
+        if str(row["id"]).lower() == facts.os_id.lower() and str(row["version"]) == str(
+            facts.version_id
+        ):
+            return row
+    return None
+
+
+def release_errors(facts: Facts, allow_untested: bool) -> list[str]:
+    """The release against the table: refused rows and unlisted releases."""
+    data = table()
+    refused = _row(data["refused"], facts)
+    where = f"{facts.pretty_name} (ID={facts.os_id} VERSION_ID={facts.version_id})"
+    if allow_untested or _row(data["supported"], facts):
+        return []
+    if refused:
+        return [f"{where} is refused: {refused['reason']}; fix: {refused['fix']}"]
+    return [
+        f"{where} is not a release acceldeploy supports (README: Supported targets); "
+        "set acceldeploy_allow_untested_os: true to try it anyway (the systemd and Python "
+        "minimums still apply)"
+    ]
+
+
+def systemd_errors(facts: Facts) -> list[str]:
+    minimum = int(table()["minimums"]["systemd"])
+    if facts.systemd is None:
+        return [
+            "no systemd on this host (systemctl --version printed nothing): acceldeploy runs "
+            f"every service as a systemd unit and needs systemd {minimum} or newer"
+        ]
+    if facts.systemd < minimum:
+        return [
+            f"systemd {facts.systemd} on {facts.pretty_name} is older than {minimum}, the "
+            "oldest release with every hardening directive the unit uses (ProtectProc=, "
+            "ProcSubset=); upgrade the OS to a supported release (README: Supported targets)"
+        ]
+    return []
+
+
+def interpreter_errors(facts: Facts, variable: str, command: str, purpose: str) -> list[str]:
+    """A host interpreter a stage runs (Ansible's modules, the hub clients) is there and
+    within the minimums."""
+    low, high = (Version(table()["minimums"][k]) for k in ("python", "python_max"))
+    version = facts.pythons.get(variable)
+    if version is None:
+        return [
+            f"{variable}: {command} is not on this host; {purpose} needs Python {low} to "
+            f"{high}: install python3 or set {variable} to such an interpreter"
+        ]
+    if not low <= Version(version) <= high:
+        return [
+            f"{variable}: {command} is Python {version}; {purpose} needs Python {low} to "
+            f"{high}: set {variable} to such an interpreter on the host"
+        ]
+    return []
+
+
+def stack_interpreter_errors(facts: Facts, spec: Mapping[str, Any]) -> list[str]:
+    """python_env's venv interpreter against the stack's Requires-Python, before any install."""
+    if spec.get("manager") != "venv":
+        return []
+    creator = str(spec["creator"])
+    requires = str(spec["requires_python"])
+    try:
+        allowed = SpecifierSet(requires)
+    except InvalidSpecifier as exc:
+        raise AcceldeployError(f"versions/stacks.yml: requires_python {requires!r}: {exc}") from exc
+    version = facts.pythons.get("python_env_venv_python")
+    stack = f"the {spec['platform']} stack (vLLM {spec['vllm_version']}) needs Python {requires}"
+    why = str(spec.get("requires_python_why") or "")
+    fix = (
+        "fix: set python_env_venv_python to such an interpreter on the host, or "
+        "python_env_manager: conda (it installs the stack's Python "
+        f"{spec['python_version']} itself, on any release)"
+    )
+    system = facts.pythons.get("ansible_python_interpreter")
+    has = f"{facts.pretty_name} ships Python {system}" if system else facts.pretty_name
+    if version is None:
+        found = f"is not on this host ({has})"
+    elif Version(f"{version}.0") not in allowed:
+        found = f"is Python {version}"
+    else:
+        return []
+    return [f"python_env_venv_python: {creator} {found}; {stack}{why}; {fix}"]
+
+
+def fetch_wheel_set(facts: Facts) -> dict[str, Any] | None:
+    """The (Python, architecture, glibc) the hub clients' wheels are downloaded for."""
+    python = facts.pythons.get("model_weights_venv_python")
+    if python is None or facts.glibc_minor is None or not facts.arch:
+        return None
+    return {
+        "key": f"cp{python.replace('.', '')}-{facts.arch}-glibc2.{facts.glibc_minor}",
+        "python": python,
+        "arch": facts.arch,
+        "glibc": facts.glibc_minor,
+    }
+
+
+def ansible_python(inputs: Mapping[str, Any]) -> str:
+    """ansible_python_interpreter, or python3 where Ansible discovers it (auto, auto_silent)."""
+    configured = str(inputs.get("ansible_python") or "")
+    return "python3" if configured.startswith("auto") or not configured else configured
+
+
+def probe_pythons(inputs: Mapping[str, Any]) -> dict[str, str]:
+    """label (the variable that names it) -> command, for every interpreter a stage uses."""
+    pythons = {"ansible_python_interpreter": ansible_python(inputs)}
+    if inputs.get("hub_python"):
+        pythons["model_weights_venv_python"] = str(inputs["hub_python"])
+    spec = inputs.get("python_env") or {}
+    if spec.get("manager") == "venv":
+        pythons["python_env_venv_python"] = str(spec["creator"])
+    return pythons
+
+
+def check(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe's output checked against the table and the stages' needs: every refusal in
+    one message, or what later stages use (``fetch_wheels``) with the facts."""
+    facts = Facts.parse(stdout)
+    errors = release_errors(facts, bool(inputs.get("allow_untested")))
+    errors += systemd_errors(facts)
+    errors += interpreter_errors(
+        facts,
+        "ansible_python_interpreter",
+        ansible_python(inputs),
+        "Ansible (ansible-core 2.19) on the host",
+    )
+    if inputs.get("hub_python"):
+        errors += interpreter_errors(
+            facts,
+            "model_weights_venv_python",
+            str(inputs["hub_python"]),
+            "the hub clients' venv (versions/fetch.txt)",
+        )
+    errors += stack_interpreter_errors(facts, inputs.get("python_env") or {})
+    wheels = fetch_wheel_set(facts) if inputs.get("hub_python") else None
+    if inputs.get("hub_python") and wheels is None and not errors:
+        errors.append(
+            f"no glibc found on {facts.pretty_name} (getconf GNU_LIBC_VERSION): the hub clients' "
+            "wheels are manylinux wheels, which need glibc 2.17 or newer"
+        )
+    if errors:
+        raise AcceldeployError("; ".join(errors))
+    return {
+        **facts.to_dict(),
+        "fetch_wheels": wheels,
+    }
