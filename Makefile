@@ -52,6 +52,7 @@ test-lab: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -m lab tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m e2e tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m labcycle tests/lab
+	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m suites tests/lab
 
 # Everything, on fresh lab hosts: a running lab (the demo's) is taken down first, and the lab
 # is torn down again whatever the result.

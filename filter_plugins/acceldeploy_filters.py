@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import hostplan, varcheck
+from acceldeploy import hostplan, targets, varcheck
 from acceldeploy.ansible_adapter import filters, plain
 from acceldeploy.errors import AcceldeployError
 
@@ -49,6 +49,16 @@ def acceldeploy_variable_pattern(_: Any = None) -> str:
     return "^(" + "|".join(varcheck.PREFIXES) + ")"
 
 
+def acceldeploy_target_probe(inputs: Mapping[str, Any]) -> str:
+    """Preflight's first contact: the read-only shell probe for every interpreter in use."""
+    return targets.probe_script(targets.probe_pythons(plain(dict(inputs))))
+
+
+def acceldeploy_target(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe's output -> the host's target facts, with every refusal naming the fix."""
+    return targets.check(str(stdout), plain(dict(inputs)))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -58,4 +68,6 @@ class FilterModule:
             acceldeploy_unknown_variables,
             acceldeploy_type_errors,
             acceldeploy_variable_pattern,
+            acceldeploy_target_probe,
+            acceldeploy_target,
         )

@@ -54,6 +54,16 @@ def model_weights_versions_file(name: str = "fetch.txt") -> str:
     return str(path)
 
 
+def model_weights_download_argv(
+    wheel_set: Mapping[str, Any], python: str, lock: str, dest: str, pip_args: Sequence[str]
+) -> list[str]:
+    """The controller's command that downloads one wheel set (acceldeploy.fetchlock) into dest."""
+    argv = [str(python), "-m", "acceldeploy.fetchlock", "download"]
+    argv += ["--python", str(wheel_set["python"]), "--arch", str(wheel_set["arch"])]
+    argv += ["--glibc", str(wheel_set["glibc"]), "--lock", str(lock), "--dest", str(dest)]
+    return argv + [f"--pip-arg={arg}" for arg in pip_args]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -62,4 +72,5 @@ class FilterModule:
             model_weights_fanout,
             model_weights_listings,
             model_weights_versions_file,
+            model_weights_download_argv,
         )

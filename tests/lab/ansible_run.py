@@ -63,7 +63,7 @@ def inventory_hosts(inventory: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def ssh(
-    hostvars: Mapping[str, Any], command: str, timeout: float = 60
+    hostvars: Mapping[str, Any], command: str, timeout: float = 60, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run a command on an inventory host over ssh, the way Ansible reaches it."""
     argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
@@ -75,7 +75,9 @@ def ssh(
     user = hostvars.get("ansible_user")
     address = hostvars.get("ansible_host", "localhost")
     argv += [f"{user}@{address}" if user else str(address), command]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def ansible_bin(name: str = "ansible-playbook") -> str:

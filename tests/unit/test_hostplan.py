@@ -126,7 +126,8 @@ def test_plan_render_the_unit_and_preflight_show_one_gaudi_argv():
     assert "--max-num-seqs" in unit.argv  # the bucketing's assumption is in the one argv
     for key, value in rendered["env"].items():
         assert unit.env[key] == value
-    # preflight on the controller, the host pointed at a closed port: nothing is contacted
+    # preflight, the host pointed at a closed port: every controller-side check passes, and the
+    # run stops at the first contact with the host (unreachable), before anything else
     preflight = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", GAUDI[0],
          str(ROOT / "playbooks/preflight.yml"), "-e", "ansible_host=127.0.0.1",
@@ -136,7 +137,10 @@ def test_plan_render_the_unit_and_preflight_show_one_gaudi_argv():
              "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
              "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json", "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
-    assert preflight.returncode == 0, preflight.stdout[-3000:] + preflight.stderr[-3000:]
+    assert preflight.returncode == 4, preflight.stdout[-3000:] + preflight.stderr[-3000:]
+    tasks = [task for play in json.loads(preflight.stdout)["plays"] for task in play["tasks"]]
+    stopped = [t["task"]["name"] for t in tasks if t["hosts"]["hpu-01"].get("unreachable")]
+    assert stopped == ["First contact - release, systemd, glibc and each interpreter (read-only)"]
     shown = [
         task["hosts"]["hpu-01"]
         for play in json.loads(preflight.stdout)["plays"]

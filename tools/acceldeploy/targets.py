@@ -173,6 +173,18 @@ def interpreter_errors(facts: Facts, variable: str, command: str, purpose: str) 
     return []
 
 
+def modelscope_errors(facts: Facts, sources: list[str]) -> list[str]:
+    """ModelScope's file listing (modelscope_hub, fetch/hub.py) needs Python 3.10 or newer."""
+    version = facts.pythons.get("model_weights_venv_python")
+    if "modelscope" not in sources or version is None or Version(version) >= Version("3.10"):
+        return []
+    return [
+        f"model_weights_venv_python is Python {version}: a service here downloads from "
+        "ModelScope, whose file listing (modelscope_hub) needs Python 3.10 or newer; set "
+        "model_weights_venv_python to a python3.10+ on the host, or use source: hf"
+    ]
+
+
 def stack_interpreter_errors(facts: Facts, spec: Mapping[str, Any]) -> list[str]:
     """python_env's venv interpreter against the stack's Requires-Python, before any install."""
     if spec.get("manager") != "venv":
@@ -233,8 +245,8 @@ def probe_pythons(inputs: Mapping[str, Any]) -> dict[str, str]:
 
 
 def check(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The probe's output checked against the table and the stages' needs: every refusal in
-    one message, or what later stages use (``fetch_wheels``) with the facts."""
+    """The probe's output checked against the table and the stages' needs: the facts, what
+    later stages use (``fetch_wheels``) and ``errors``, every refusal naming the fix."""
     facts = Facts.parse(stdout)
     errors = release_errors(facts, bool(inputs.get("allow_untested")))
     errors += systemd_errors(facts)
@@ -251,6 +263,7 @@ def check(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
             str(inputs["hub_python"]),
             "the hub clients' venv (versions/fetch.txt)",
         )
+        errors += modelscope_errors(facts, inputs.get("hub_sources") or [])
     errors += stack_interpreter_errors(facts, inputs.get("python_env") or {})
     wheels = fetch_wheel_set(facts) if inputs.get("hub_python") else None
     if inputs.get("hub_python") and wheels is None and not errors:
@@ -258,9 +271,4 @@ def check(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
             f"no glibc found on {facts.pretty_name} (getconf GNU_LIBC_VERSION): the hub clients' "
             "wheels are manylinux wheels, which need glibc 2.17 or newer"
         )
-    if errors:
-        raise AcceldeployError("; ".join(errors))
-    return {
-        **facts.to_dict(),
-        "fetch_wheels": wheels,
-    }
+    return {**facts.to_dict(), "fetch_wheels": wheels, "errors": errors}

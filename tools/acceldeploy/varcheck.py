@@ -16,13 +16,17 @@ import yaml
 from acceldeploy.roledefaults import ROLES, ROLES_DIR
 
 PREFIXES = ("acceldeploy_", *(f"{role}_" for role in ROLES))
-# Inventory-wide variables no single role owns.
-INVENTORY_VARS = (
-    "acceldeploy_platform",
-    "acceldeploy_services",
-    "acceldeploy_models_root",
-    "acceldeploy_service_user",
-)
+# Inventory-wide variables no single role owns, with their argument spec.
+INVENTORY_VARS: dict[str, dict[str, Any]] = {
+    "acceldeploy_platform": {"type": "str"},
+    "acceldeploy_services": {"type": "list"},
+    "acceldeploy_models_root": {"type": "path"},
+    "acceldeploy_service_user": {"type": "str"},
+    # Preflight: try a release data/targets.yml does not list (the minimums still apply).
+    "acceldeploy_allow_untested_os": {"type": "bool"},
+    # Download nothing on the controller; a missing artefact stops preflight naming it.
+    "acceldeploy_offline": {"type": "bool"},
+}
 
 
 def _keys(path: str) -> set[str]:
@@ -35,7 +39,7 @@ def _keys(path: str) -> set[str]:
 @cache
 def specs() -> dict[str, dict[str, Any]]:
     """Every role variable's argument spec (the first entry point that declares it)."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, dict[str, Any]] = {k: dict(v) for k, v in INVENTORY_VARS.items()}
     for role in ROLES:
         data = yaml.safe_load((ROLES_DIR / role / "meta/argument_specs.yml").read_text())
         for entry in data["argument_specs"].values():

@@ -371,6 +371,10 @@ def _plan(platform: str, manager: str, build: _Build, identity: dict[str, Any]) 
         "prefix": env,
         "python": py,
         "python_version": identity["python"],
+        # What preflight checks python_env_venv_python against (targets.py), before any install.
+        "requires_python": str(entry.get("requires_python") or f"=={identity['python']}.*"),
+        "requires_python_why": str(entry.get("requires_python_why") or ""),
+        "creator": str(build.steps[0]["argv"][0]) if manager == "venv" else "",
         "key": key,
         "record_path": f"{env}/{RECORD_NAME}",
         "requirements_path": build.requirements_path,
