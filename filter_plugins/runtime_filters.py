@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from acceldeploy import runtimes, stacks
+from acceldeploy import runtimes, stacks, wheelcache
 from acceldeploy.ansible_adapter import filters, plain
 
 
@@ -97,6 +97,28 @@ def python_env_record_key(record_text: str) -> str:
     return runtimes.record_key(str(record_text))
 
 
+def python_env_wheel_fetch_argv(python: str, cache: str, controller_python: str) -> list[str]:
+    """'3.13' | python_env_wheel_fetch_argv(cache, ansible_playbook_python): the command that
+    adds that CPython's wheels of the cpu stack's lock to ``<cache>/wheels`` (run with
+    PYTHONPATH=<repo>/tools)."""
+    return [
+        str(controller_python),
+        *("-m", "acceldeploy.lab.wheelhouse", "fetch", "--cache", str(cache)),
+        *("--python-version", str(python)),
+    ]
+
+
+def python_env_wheel_errors(
+    spec: Mapping[str, Any], cache: str, target: Mapping[str, Any], controller_python: str
+) -> list[str]:
+    """python_env_spec | python_env_wheel_errors(cache, preflight_target, ansible_playbook_python):
+    what ``<cache>/wheels`` lacks for the host's venv interpreter, naming the command."""
+    wanted = target.get("stack_wheels") or {}
+    argv = python_env_wheel_fetch_argv(str(wanted.get("python", "")), cache, controller_python)
+    command = f"PYTHONPATH=tools {' '.join(argv)}"
+    return wheelcache.stack_wheel_errors(plain(spec), str(cache), plain(target), command)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -115,4 +137,6 @@ class FilterModule:
             python_env_verify,
             python_env_fact,
             python_env_record_key,
+            python_env_wheel_fetch_argv,
+            python_env_wheel_errors,
         )

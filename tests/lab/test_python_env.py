@@ -7,10 +7,13 @@ host installs `--no-index --find-links http://127.0.0.1:PORT/<inventory_hostname
 server's request log says how many bytes each host pulled, and --no-index means nothing came
 from anywhere else. Checked:
 
-- the venv is built (`vllm --version` prints 0.12.0+cpu) and each host fetched
+- the venv is built in its keyed directory and /opt/acceldeploy/venv points at it
+  (`vllm --version` prints 0.12.0+cpu), and each host fetched
   every wheel of the lock exactly once: bytes per host == the sum of the lock's wheel sizes;
 - a second run changes nothing, fetches nothing and takes under a minute;
-- ``--check --diff`` changes nothing.
+- ``--check --diff`` changes nothing;
+- a build that fails (a pin the wheelhouse lacks) leaves the link on the serving build, and
+  the next good run rebuilds nothing.
 
 Hosts: the first of $ACCELDEPLOY_TEST_INVENTORY (default inventory/lab/hosts.yml), or all of
 them with ACCELDEPLOY_TEST_PYTHON_ENV_HOSTS=all. The venv is removed first and rebuilt with the
@@ -99,7 +102,7 @@ def test_venv_from_the_controller_wheelhouse(
     plan = runtimes.python_env_plan({"platform": "cpu", "find_links": ["/"], "no_index": True})
     count, size = expected_bytes(wheels, plan)
     for name, hostvars in hosts.items():
-        gone = ssh(hostvars, f"rm -rf {VENV}")
+        gone = ssh(hostvars, f"rm -rf {VENV} {VENV}-*")
         assert gone.returncode == 0, f"{name}: {gone.stderr}"
 
     start = wheelserver.log_lines(server)
@@ -144,6 +147,29 @@ def test_venv_from_the_controller_wheelhouse(
             ssh(hostvars, "cat /etc/ansible/facts.d/acceldeploy_python_env.fact").stdout
         )
         assert fact["vllm_reported"] == "0.12.0+cpu" and fact["python"] == f"{VENV}/bin/python"
+
+
+def test_a_failed_build_leaves_the_serving_environment_as_it_was(
+    hosts: dict[str, dict[str, Any]], server: wheelserver.WheelServer
+) -> None:
+    name, hostvars = next(iter(hosts.items()))
+    links = {"python_env_find_links": [f"{server.url}/{{{{ inventory_hostname }}}}/"]}
+    serving = ssh(hostvars, f"readlink {VENV}").stdout.strip()
+    assert serving.startswith(f"{VENV}-"), serving
+    broken = {**links, "python_env_extra_packages": ["acceldeploy-absent==1.0"]}
+    failed = run_playbook(PLAYBOOK, lab_inventory(), broken, limit=name)
+    assert not failed.ok and "acceldeploy-absent" in failed.output
+    assert ssh(hostvars, f"readlink {VENV}").stdout.strip() == serving
+    version = ssh(hostvars, f"{VENV}/bin/vllm --version").stdout.strip().splitlines()[-1]
+    assert version == "0.12.0+cpu"
+    # Back to the good pins: nothing is rebuilt; only the half-built directory is pruned.
+    again = run_playbook(PLAYBOOK, lab_inventory(), links, limit=name)
+    assert again.ok, again.output
+    assert again.changed(name) == 1 and again.results("Build | Install the pinned stack")[name].get(
+        "skipped"
+    )
+    left = ssh(hostvars, f"ls -d {VENV}-*").stdout.split()
+    assert left == [serving], left
 
 
 def test_bad_input_stops_every_host_before_any_change(hosts: dict[str, dict[str, Any]]) -> None:

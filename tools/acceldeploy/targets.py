@@ -214,9 +214,10 @@ def stack_interpreter_errors(facts: Facts, spec: Mapping[str, Any]) -> list[str]
     return [f"python_env_venv_python: {creator} {found}; {stack}{why}; {fix}"]
 
 
-def fetch_wheel_set(facts: Facts) -> dict[str, Any] | None:
-    """The (Python, architecture, glibc) the hub clients' wheels are downloaded for."""
-    python = facts.pythons.get("model_weights_venv_python")
+def wheel_set(facts: Facts, label: str) -> dict[str, Any] | None:
+    """The (Python, architecture, glibc) wheels are needed for, for the interpreter named by
+    ``label`` (model_weights_venv_python: the hub clients; python_env_venv_python: the stack)."""
+    python = facts.pythons.get(label)
     if python is None or facts.glibc_minor is None or not facts.arch:
         return None
     return {
@@ -265,10 +266,11 @@ def check(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         )
         errors += modelscope_errors(facts, inputs.get("hub_sources") or [])
     errors += stack_interpreter_errors(facts, inputs.get("python_env") or {})
-    wheels = fetch_wheel_set(facts) if inputs.get("hub_python") else None
+    wheels = wheel_set(facts, "model_weights_venv_python") if inputs.get("hub_python") else None
     if inputs.get("hub_python") and wheels is None and not errors:
         errors.append(
             f"no glibc found on {facts.pretty_name} (getconf GNU_LIBC_VERSION): the hub clients' "
             "wheels are manylinux wheels, which need glibc 2.17 or newer"
         )
-    return {**facts.to_dict(), "fetch_wheels": wheels, "errors": errors}
+    stack = wheel_set(facts, "python_env_venv_python") if not errors else None
+    return {**facts.to_dict(), "fetch_wheels": wheels, "stack_wheels": stack, "errors": errors}

@@ -616,7 +616,7 @@ def up(
         wait_ready(specs, key, timeout)
         say("all hosts: systemctl is-system-running = running")
         hosts = [InventoryHost(s.name, s.index, s.ssh_port, s.suite.name) for s in specs]
-        return write_inventory(inventory, hosts, key)
+        return write_inventory(inventory, hosts, key, paths.cache)
 
 
 def _finish_stop(

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from acceldeploy.lab.rootfs import DEFAULT_SUITE
+from acceldeploy.lab.rootfs import DEFAULT_SUITE, suite_named
 
 GROUP = "lab"
 HEADER = (
@@ -28,7 +28,11 @@ class InventoryHost:
     suite: str = DEFAULT_SUITE.name
 
 
-def inventory_data(hosts: list[InventoryHost], key: Path) -> dict[str, Any]:
+def inventory_data(
+    hosts: list[InventoryHost], key: Path, cache: Path | None = None
+) -> dict[str, Any]:
+    """The lab group: its hosts, and the controller's cache (whose wheels/ the lab's wheel
+    server serves) as python_env_wheel_cache when given."""
     entries: dict[str, Any] = {}
     for host in sorted(hosts, key=lambda h: h.index):
         entries[host.name] = {
@@ -40,12 +44,16 @@ def inventory_data(hosts: list[InventoryHost], key: Path) -> dict[str, Any]:
             "ansible_python_interpreter": "/usr/bin/python3",
             "lab_index": host.index,
             "lab_suite": host.suite,
+            "python_env_venv_python": f"/usr/bin/python{suite_named(host.suite).python}",
         }
     return {
         "all": {
             "children": {
                 GROUP: {
-                    "vars": {"acceldeploy_platform": "cpu"},
+                    "vars": {
+                        "acceldeploy_platform": "cpu",
+                        **({"python_env_wheel_cache": str(cache)} if cache else {}),
+                    },
                     "hosts": entries,
                 }
             }
@@ -53,8 +61,11 @@ def inventory_data(hosts: list[InventoryHost], key: Path) -> dict[str, Any]:
     }
 
 
-def write_inventory(path: Path, hosts: list[InventoryHost], key: Path) -> Path:
-    body = yaml.safe_dump(inventory_data(hosts, key), sort_keys=False, default_flow_style=False)
+def write_inventory(
+    path: Path, hosts: list[InventoryHost], key: Path, cache: Path | None = None
+) -> Path:
+    data = inventory_data(hosts, key, cache)
+    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".hosts.", suffix=".yml", dir=path.parent)
     with os.fdopen(fd, "w") as handle:

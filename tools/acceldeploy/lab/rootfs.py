@@ -81,15 +81,17 @@ class Suite:
     name: str
     release: str
     packages: tuple[str, ...]
+    # The release's python3 (what python3-venv gives): the lab's hosts build their venv with it.
+    python: str
 
 
 SUITES: dict[str, Suite] = {
     suite.name: suite
     for suite in (
-        Suite("bookworm", "Debian 12", (*COMMON_PACKAGES, "cpufrequtils")),
-        Suite("bullseye", "Debian 11", (*COMMON_PACKAGES, "cpufrequtils")),
+        Suite("bookworm", "Debian 12", (*COMMON_PACKAGES, "cpufrequtils"), "3.11"),
+        Suite("bullseye", "Debian 11", (*COMMON_PACKAGES, "cpufrequtils"), "3.9"),
         # cpufrequtils left Debian after bookworm; linux-cpupower is its successor.
-        Suite("trixie", "Debian 13", (*COMMON_PACKAGES, "linux-cpupower")),
+        Suite("trixie", "Debian 13", (*COMMON_PACKAGES, "linux-cpupower"), "3.13"),
     )
 }
 DEFAULT_SUITE = SUITES["bookworm"]

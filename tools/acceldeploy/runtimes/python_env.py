@@ -1,6 +1,11 @@
 """The Python environment a host gets: where it lives (``env_prefix``), the exact commands that
 build it for venv / conda / container (``python_env_plan``), the key that decides whether it
 is rebuilt, and the check of what it holds afterwards (``python_env_verify``).
+
+A venv or conda environment is never built in place: each key gets its own directory beside
+the environment's path (``<path>-<key[:12]>``, the staging directory), and the path itself is a
+symlink moved onto it atomically once the install and the version check passed. The
+directory the link pointed to before stays (the running service's, and the way back).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from acceldeploy.stacks import lock_requirements, stack
 
 MANAGERS = ("conda", "venv", "container")
 # Bumped when the way an environment is built changes (not its pins): forces a rebuild.
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2
+# <path>-<this many characters of the key>: the directory an environment is built in.
+STAGING_KEY_CHARS = 12
 RECORD_NAME = "acceldeploy-env.json"
 VLLM_VERSION_CHECK = "import importlib.metadata as m, vllm; print(m.version('vllm'))"
 REQUIREMENTS_NAME = "acceldeploy-requirements.txt"
@@ -354,9 +361,12 @@ def _key(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
-def _plan(platform: str, manager: str, build: _Build, identity: dict[str, Any]) -> dict[str, Any]:
-    """The plan python_env_plan returns for a venv or conda environment."""
-    entry, env, py = build.entry, build.env, build.python
+def _plan(
+    platform: str, manager: str, env: str, build: _Build, identity: dict[str, Any]
+) -> dict[str, Any]:
+    """The plan python_env_plan returns for a venv or conda environment: ``env`` is the stable
+    path (a symlink), ``build`` the steps that build the keyed directory it will point to."""
+    entry, py = build.entry, f"{env}/bin/python"
     key = _key(identity)
     flavour = (
         f"vllm-ascend {entry['vllm_ascend']}" if platform == "ascend" else f"lock {entry['lock']}"
@@ -370,13 +380,18 @@ def _plan(platform: str, manager: str, build: _Build, identity: dict[str, Any]) 
         "env": env,
         "prefix": env,
         "python": py,
+        # Where the steps build, install and check; env is moved onto it afterwards.
+        "staging": build.env,
+        "staging_python": build.python,
+        # Siblings of the staging directory, for the role to find and prune old builds.
+        "staging_pattern": f"{env.rstrip('/').rsplit('/', 1)[-1]}-{'?' * STAGING_KEY_CHARS}",
         "python_version": identity["python"],
         # What preflight checks python_env_venv_python against (targets.py), before any install.
         "requires_python": str(entry.get("requires_python") or f"=={identity['python']}.*"),
         "requires_python_why": str(entry.get("requires_python_why") or ""),
         "creator": str(build.steps[0]["argv"][0]) if manager == "venv" else "",
         "key": key,
-        "record_path": f"{env}/{RECORD_NAME}",
+        "record_path": f"{build.env}/{RECORD_NAME}",
         "requirements_path": build.requirements_path,
         "requirements_text": "\n".join(build.requirements) + "\n",
         "constraints_path": build.constraints_path,
@@ -418,27 +433,38 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     python = str(entry["python"])
     env = _prefix(manager, entry, options)
     env_scripts = [str(s) for s in options.get("env_scripts") or entry.get("env_scripts") or []]
-    build = _Build(env, options, entry, extra, env_scripts, source=_pip_source_args(options))
-    build.steps.append(_step(f"create the {manager}", _create_argv(manager, python, env, options)))
-    # What `vllm --version` prints (the CLI reads the "vllm" distribution's metadata), after
-    # importing vllm: a misnamed or broken install fails here, not at the first `vllm serve`.
-    # The CLI itself imports every subcommand (~10-30 s), too slow for every run.
-    build.verify_argv = [build.python, "-c", VLLM_VERSION_CHECK]
-    if platform == "cpu":
-        _cpu_install(build)
-    else:
-        _ascend_install(build)
+
+    def build_in(directory: str) -> _Build:
+        build = _Build(
+            directory, options, entry, extra, env_scripts, source=_pip_source_args(options)
+        )
+        create = _create_argv(manager, python, directory, options)
+        build.steps.append(_step(f"create the {manager}", create))
+        # What `vllm --version` prints (the CLI reads the "vllm" distribution's metadata),
+        # after importing vllm: a misnamed or broken install fails here, not at the first
+        # `vllm serve`. The CLI itself imports every subcommand (~10-30 s), too slow to run.
+        build.verify_argv = [build.python, "-c", VLLM_VERSION_CHECK]
+        if platform == "cpu":
+            _cpu_install(build)
+        else:
+            _ascend_install(build)
+        return build
+
+    pins = build_in(env)
     identity = {
         "format": PLAN_FORMAT,
         "platform": platform,
         "manager": manager,
         "python": python,
+        # The interpreter a venv is made from decides its ABI (cp311, cp313).
+        "creator": pins.steps[0]["argv"][0] if manager == "venv" else f"python={python}",
         "env": env,
-        "requirements": build.requirements,
-        "constraints": build.constraints,
+        "requirements": pins.requirements,
+        "constraints": pins.constraints,
         "install_from": options.get("install_from") if platform == "ascend" else "lock",
     }
-    return _plan(platform, manager, build, identity)
+    staging = f"{env.rstrip('/')}-{_key(identity)[:STAGING_KEY_CHARS]}"
+    return _plan(platform, manager, env, build_in(staging), identity)
 
 
 def _container_plan(entry: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
