@@ -54,6 +54,11 @@ test-lab: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m labcycle tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m suites tests/lab
 
+# The releases side by side (Debian 11, 12, 13; real vLLM on 12 and 13): ~20 min, ~16 GB on the
+# hosts. Not in `make test` (its suites tests run the fast part); replaces the lab's hosts.
+test-matrix: lab
+	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m matrix tests/lab; rc=$$?; $(MAKE) lab-down; exit $$rc
+
 # Everything, on fresh lab hosts: a running lab (the demo's) is taken down first, and the lab
 # is torn down again whatever the result.
 test: lint host-deps test-unit
