@@ -23,7 +23,7 @@ lint: venv
 	$(BIN)/mypy tools/acceldeploy tools/lab.py $(wildcard filter_plugins/*.py) \
 	  $(wildcard library/*.py) $(wildcard roles/*/library/*.py) \
 	  $(wildcard roles/*/action_plugins/*.py) $(wildcard roles/*/filter_plugins/*.py)
-	$(BIN)/ansible-lint --profile production site.yml playbooks roles
+	$(BIN)/ansible-lint
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit

