@@ -3,6 +3,9 @@ from acceldeploy_host_units, the host plan)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -37,10 +40,35 @@ def vllm_service_topology(gaudi_fact: dict[str, Any] | None) -> list[dict[str, A
     ]
 
 
+def vllm_service_argcheck_digest(argcheck: list[str] | None, env_key: str = "") -> str:
+    """What a parser check is of: the exact argv vLLM's parser gets and the environment's key
+    (python_env's: a rebuilt env is another parser). Recorded once the gate passed; an equal
+    digest on the next run means this argv already passed this parser."""
+    text = json.dumps([list(argcheck or []), str(env_key or "")])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def vllm_service_argcheck_passed(recorded: list[dict[str, Any]], env_key: str = "") -> list[str]:
+    """The services whose recorded digest (slurp results looped over the units) matches their
+    argv and env key now: their parser check already passed."""
+    passed = []
+    for result in recorded:
+        unit = result.get("vllm_service_unit") or {}
+        content = result.get("content")
+        if not content or not unit.get("argcheck"):
+            continue
+        digest = base64.b64decode(content).decode(errors="replace").strip()
+        if digest == vllm_service_argcheck_digest(unit["argcheck"], env_key):
+            passed.append(str(unit["name"]))
+    return passed
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "vllm_service_secret_env": vllm_service_secret_env,
             "vllm_service_topology": vllm_service_topology,
             "vllm_service_auth_header": vllm_service_auth_header,
+            "vllm_service_argcheck_digest": vllm_service_argcheck_digest,
+            "vllm_service_argcheck_passed": vllm_service_argcheck_passed,
         }

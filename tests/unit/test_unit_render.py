@@ -340,3 +340,29 @@ def test_explicit_len_beyond_the_model_is_refused_before_vllm_does():
     allowed = {**spec, "max_model_len": 16384, "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}}
     hostvars["acceldeploy_services"] = [allowed]
     assert host_plan(hostvars).launches()[0].max_model_len == 16384
+
+
+def test_a_parser_check_is_recorded_for_its_argv_and_env_key() -> None:
+    import base64
+    import runpy
+
+    plugin = runpy.run_path(
+        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+    )
+    vllm_service_argcheck_digest = plugin["vllm_service_argcheck_digest"]
+    vllm_service_argcheck_passed = plugin["vllm_service_argcheck_passed"]
+
+    argv = ["/opt/acceldeploy/venv/bin/python", "-c", "...", '["--model", "/models/m"]']
+    digest = vllm_service_argcheck_digest(argv, "key1")
+    assert digest != vllm_service_argcheck_digest(argv, "key2")
+    assert digest != vllm_service_argcheck_digest([*argv[:3], '["--model", "/models/n"]'], "key1")
+
+    def slurped(name: str, text: str | None) -> dict[str, object]:
+        result: dict[str, object] = {"vllm_service_unit": {"name": name, "argcheck": argv}}
+        if text is not None:
+            result["content"] = base64.b64encode(text.encode()).decode()
+        return result
+
+    recorded = [slurped("a", digest + "\n"), slurped("b", "0" * 64), slurped("c", None)]
+    assert vllm_service_argcheck_passed(recorded, "key1") == ["a"]
+    assert vllm_service_argcheck_passed(recorded, "key2") == []
