@@ -20,7 +20,7 @@ venv: $(VENV)/.installed
 lint: venv
 	$(BIN)/ruff check tools tests filter_plugins roles library
 	$(BIN)/ruff format --check tools tests filter_plugins roles library
-	$(BIN)/mypy tools/acceldeploy tools/lab.py $(wildcard filter_plugins/*.py) \
+	$(BIN)/mypy tools/acceldeploy tools/lab.py tools/bench_noop.py $(wildcard filter_plugins/*.py) \
 	  $(wildcard library/*.py) $(wildcard roles/*/library/*.py) \
 	  $(wildcard roles/*/action_plugins/*.py) $(wildcard roles/*/filter_plugins/*.py)
 	$(BIN)/ansible-lint
@@ -53,6 +53,11 @@ test-lab: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m e2e tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m labcycle tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m suites tests/lab
+
+# No-op reruns timed on 1, 2, 4 and 8 lab hosts, project vs stock Ansible settings (a table;
+# ~15 min). Replaces the lab's hosts. `tools/bench_noop.py --site` times site.yml on a served lab.
+bench-noop: lab
+	$(BIN)/python tools/bench_noop.py; rc=$$?; $(MAKE) lab-down; exit $$rc
 
 # The releases side by side (Debian 11, 12, 13; real vLLM on 12 and 13): ~20 min, ~16 GB on the
 # hosts. Not in `make test` (its suites tests run the fast part); replaces the lab's hosts.

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""How long a rerun with nothing to change takes, as hosts are added: the drift check
+operators run all day. Brings up N lab hosts (1, 2, 4, 8 by default: Debian 12 containers
+whose root is an overlay on one cached rootfs, so each costs only its own writes, ~150 MB),
+converges the stages that need no vLLM venv (host tuning, models), then times a no-op rerun
+of each with the project's Ansible settings (ansible.cfg: forks 20, pipelining, SSH
+ControlPersist, lean fact gathering and a fact cache) and with stock ones (forks 5, no
+pipelining, the default SSH arguments, no fact cache). `--site` also times the whole
+site.yml on the running lab as it is (run it after `make demo`: its two hosts serve vLLM).
+
+    python3 tools/bench_noop.py [--hosts 1,2,4,8] [--runs 3] [--site] [--json FILE]
+
+Every timed run must report changed=0 on every host, or the bench stops: a rerun that
+changes something is not a no-op. Prints a table; the README quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from acceldeploy.lab.inventory import read_inventory
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB = [sys.executable, str(ROOT / "tools" / "lab.py")]
+PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+INVENTORY = ROOT / "inventory" / "lab"
+STAGES = {"host": "playbooks/host.yml", "models": "playbooks/models.yml"}
+# Ansible's own defaults for what ansible.cfg tunes; plays keep their gather_facts settings.
+STOCK = {
+    "ANSIBLE_FORKS": "5",
+    "ANSIBLE_PIPELINING": "False",
+    "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=60s",
+    "ANSIBLE_GATHERING": "implicit",
+    "ANSIBLE_CACHE_PLUGIN": "memory",
+    "ANSIBLE_CALLBACKS_ENABLED": "",
+}
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+class BenchError(Exception):
+    pass
+
+
+@dataclass
+class Row:
+    hosts: int
+    stage: str
+    tuned: list[float]
+    stock: list[float]
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.stock) / statistics.median(self.tuned)
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def lab(*args: str) -> None:
+    proc = subprocess.run([*LAB, *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BenchError(f"tools/lab.py {' '.join(args)}: {proc.stderr[-2000:]}")
+
+
+def play(playbook: str, env: dict[str, str] | None = None, noop: bool = True) -> float:
+    """Seconds the playbook took; with ``noop`` it must change nothing on any host."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [PLAYBOOK, playbook, "-i", str(INVENTORY)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    elapsed = time.monotonic() - started
+    recap = RECAP.findall(proc.stdout)
+    if proc.returncode != 0 or not recap:
+        raise BenchError(f"{playbook} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}")
+    changed = {host: int(n) for host, n, _, _ in recap if int(n)}
+    if noop and changed:
+        raise BenchError(f"{playbook} rerun changed something: {changed}")
+    return elapsed
+
+
+def bench_stage(hosts: int, stage: str, playbook: str, runs: int) -> Row:
+    row = Row(hosts, stage, [], [])
+    for _ in range(runs):
+        row.tuned.append(play(playbook))
+        row.stock.append(play(playbook, STOCK))
+    say(
+        f"    {hosts} hosts, {stage}: {statistics.median(row.tuned):.1f} s tuned, "
+        f"{statistics.median(row.stock):.1f} s stock"
+    )
+    return row
+
+
+def bench_hosts(count: int, runs: int) -> list[Row]:
+    say(f"==> {count} lab hosts: up, converge host tuning and models, then time no-op reruns")
+    lab("down")
+    lab("up", "--hosts", str(count))
+    for playbook in STAGES.values():
+        play(playbook, noop=False)
+    return [bench_stage(count, stage, playbook, runs) for stage, playbook in STAGES.items()]
+
+
+def table(rows: list[Row]) -> Table:
+    out = Table(title="No-op rerun, median seconds (tools/bench_noop.py)")
+    for column in ("hosts", "stage", "tuned", "stock", "stock / tuned", f"vs {rows[0].hosts} host"):
+        out.add_column(column, justify="right")
+    first = {r.stage: statistics.median(r.tuned) for r in rows if r.hosts == rows[0].hosts}
+    for r in rows:
+        tuned = statistics.median(r.tuned)
+        scale = f"{tuned / first[r.stage]:.2f}x" if r.stage in first else ""
+        stock = statistics.median(r.stock)
+        out.add_row(
+            str(r.hosts), r.stage, f"{tuned:.1f}", f"{stock:.1f}", f"{r.speedup:.2f}x", scale
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tools/bench_noop.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--hosts", default="1,2,4,8", help="host counts (default %(default)s)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per cell (median)")
+    parser.add_argument("--site", action="store_true", help="only site.yml on the running lab")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args(argv)
+    try:
+        if args.site:
+            hosts = len(read_inventory(INVENTORY / "hosts.yml"))
+            say(f"==> site.yml on the running lab ({hosts} hosts): time no-op reruns")
+            rows = [bench_stage(hosts, "site", "site.yml", args.runs)]
+        else:
+            rows = [r for n in args.hosts.split(",") for r in bench_hosts(int(n), args.runs)]
+            lab("down")
+    except BenchError as exc:
+        print(f"bench_noop: {exc}", file=sys.stderr)
+        return 1
+    Console().print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
