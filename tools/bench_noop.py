@@ -9,6 +9,10 @@ pipelining, the default SSH arguments, no fact cache). `--site` also times the w
 site.yml on the running lab as it is (run it after `make demo`: its two hosts serve vLLM).
 
     python3 tools/bench_noop.py [--hosts 1,2,4,8] [--runs 3] [--site] [--json FILE]
+                                [--mitogen DIR]
+
+``--mitogen DIR`` adds a column with Mitogen's strategy (DIR holds the ansible_mitogen
+package, e.g. ``pip install --target DIR mitogen``): the evaluation the README reports.
 
 Every timed run must report changed=0 on every host, or the bench stops: a rerun that
 changes something is not a no-op. Prints a table; the README quotes it.
@@ -24,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -60,6 +64,7 @@ class Row:
     stage: str
     tuned: list[float]
     stock: list[float]
+    mitogen: list[float] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -96,11 +101,24 @@ def play(playbook: str, env: dict[str, str] | None = None, noop: bool = True) ->
     return elapsed
 
 
-def bench_stage(hosts: int, stage: str, playbook: str, runs: int) -> Row:
+def mitogen_env(directory: Path | None) -> dict[str, str] | None:
+    if directory is None:
+        return None
+    strategies = directory / "ansible_mitogen" / "plugins" / "strategy"
+    if not strategies.is_dir():
+        raise BenchError(f"--mitogen {directory}: no ansible_mitogen/plugins/strategy there")
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(strategies), "ANSIBLE_STRATEGY": "mitogen_linear"}
+
+
+def bench_stage(
+    hosts: int, stage: str, playbook: str, runs: int, mitogen: dict[str, str] | None = None
+) -> Row:
     row = Row(hosts, stage, [], [])
     for _ in range(runs):
         row.tuned.append(play(playbook))
         row.stock.append(play(playbook, STOCK))
+        if mitogen:
+            row.mitogen.append(play(playbook, mitogen))
     say(
         f"    {hosts} hosts, {stage}: {statistics.median(row.tuned):.1f} s tuned, "
         f"{statistics.median(row.stock):.1f} s stock"
@@ -108,27 +126,32 @@ def bench_stage(hosts: int, stage: str, playbook: str, runs: int) -> Row:
     return row
 
 
-def bench_hosts(count: int, runs: int) -> list[Row]:
+def bench_hosts(count: int, runs: int, mitogen: dict[str, str] | None) -> list[Row]:
     say(f"==> {count} lab hosts: up, converge host tuning and models, then time no-op reruns")
     lab("down")
     lab("up", "--hosts", str(count))
     for playbook in STAGES.values():
         play(playbook, noop=False)
-    return [bench_stage(count, stage, playbook, runs) for stage, playbook in STAGES.items()]
+    return [
+        bench_stage(count, stage, playbook, runs, mitogen) for stage, playbook in STAGES.items()
+    ]
 
 
 def table(rows: list[Row]) -> Table:
+    """Medians per host count and stage; "vs N hosts" is tuned time over the first count's."""
+    mitogen = any(r.mitogen for r in rows)
     out = Table(title="No-op rerun, median seconds (tools/bench_noop.py)")
-    for column in ("hosts", "stage", "tuned", "stock", "stock / tuned", f"vs {rows[0].hosts} host"):
+    columns = ["hosts", "stage", "tuned", "stock", "stock / tuned", f"vs {rows[0].hosts} host"]
+    for column in columns + (["mitogen"] if mitogen else []):
         out.add_column(column, justify="right")
     first = {r.stage: statistics.median(r.tuned) for r in rows if r.hosts == rows[0].hosts}
     for r in rows:
         tuned = statistics.median(r.tuned)
-        scale = f"{tuned / first[r.stage]:.2f}x" if r.stage in first else ""
-        stock = statistics.median(r.stock)
-        out.add_row(
-            str(r.hosts), r.stage, f"{tuned:.1f}", f"{stock:.1f}", f"{r.speedup:.2f}x", scale
-        )
+        cells = [str(r.hosts), r.stage, f"{tuned:.1f}", f"{statistics.median(r.stock):.1f}"]
+        cells += [f"{r.speedup:.2f}x", f"{tuned / first[r.stage]:.2f}x"]
+        if mitogen:
+            cells.append(f"{statistics.median(r.mitogen):.1f}" if r.mitogen else "")
+        out.add_row(*cells)
     return out
 
 
@@ -138,14 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per cell (median)")
     parser.add_argument("--site", action="store_true", help="only site.yml on the running lab")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--mitogen", type=Path, help="also time Mitogen's strategy (its dir)")
     args = parser.parse_args(argv)
     try:
+        mitogen = mitogen_env(args.mitogen)
         if args.site:
             hosts = len(read_inventory(INVENTORY / "hosts.yml"))
             say(f"==> site.yml on the running lab ({hosts} hosts): time no-op reruns")
-            rows = [bench_stage(hosts, "site", "site.yml", args.runs)]
+            rows = [bench_stage(hosts, "site", "site.yml", args.runs, mitogen)]
         else:
-            rows = [r for n in args.hosts.split(",") for r in bench_hosts(int(n), args.runs)]
+            counts = [int(n) for n in args.hosts.split(",")]
+            rows = [r for n in counts for r in bench_hosts(n, args.runs, mitogen)]
             lab("down")
     except BenchError as exc:
         print(f"bench_noop: {exc}", file=sys.stderr)
