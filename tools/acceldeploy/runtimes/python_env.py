@@ -461,7 +461,9 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         "env": env,
         "requirements": pins.requirements,
         "constraints": pins.constraints,
-        "install_from": options.get("install_from") if platform == "ascend" else "lock",
+        "install_from": (options.get("install_from") or "source")
+        if platform == "ascend"
+        else "lock",
     }
     staging = f"{env.rstrip('/')}-{_key(identity)[:STAGING_KEY_CHARS]}"
     return _plan(platform, manager, env, build_in(staging), identity)
