@@ -49,7 +49,6 @@ STOCK = {
     "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=60s",
     "ANSIBLE_GATHERING": "implicit",
     "ANSIBLE_CACHE_PLUGIN": "memory",
-    "ANSIBLE_CALLBACKS_ENABLED": "",
 }
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
@@ -94,7 +93,9 @@ def play(playbook: str, env: dict[str, str] | None = None, noop: bool = True) ->
     elapsed = time.monotonic() - started
     recap = RECAP.findall(proc.stdout)
     if proc.returncode != 0 or not recap:
-        raise BenchError(f"{playbook} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}")
+        raise BenchError(
+            f"{playbook} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+        )
     changed = {host: int(n) for host, n, _, _ in recap if int(n)}
     if noop and changed:
         raise BenchError(f"{playbook} rerun changed something: {changed}")
