@@ -34,6 +34,17 @@ def on_host(host: str, command: str, timeout: float = 600, check: bool = True) -
     return proc.stdout
 
 
+def lab_cli(*args: str, timeout: float = 900) -> None:
+    """tools/lab.py with these arguments (up --suites, down, ...); fails showing its output."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/lab.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
 def launch_of(host: str, inventory: Path = INVENTORY) -> Launch:
     (service,) = host_launches(host_vars(str(inventory), host))
     return service

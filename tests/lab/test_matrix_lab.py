@@ -18,36 +18,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible_run import lab_hosts, lab_inventory, run_playbook, ssh
+from ansible_run import lab_hosts, lab_inventory, run_playbook
+from labhost import lab_cli, on_host
 
 from acceldeploy.lab import wheelhouse
 
 pytestmark = pytest.mark.matrix
 
 ROOT = Path(__file__).resolve().parents[2]
-LAB = [sys.executable, str(ROOT / "tools" / "lab.py")]
 SUITES = {"lab1": "bookworm", "lab2": "bullseye", "lab3": "trixie"}
 SERVING = "lab1,lab3"
 
 
-def lab(*args: str, timeout: float = 1200) -> None:
-    proc = subprocess.run([*LAB, *args], capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-
-def on_host(host: str, command: str) -> str:
-    result = ssh(lab_hosts()[host], command)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
 @pytest.fixture(scope="module", autouse=True)
 def matrix_lab() -> Iterator[None]:
-    lab("down")
-    lab("up", "--suites", ",".join(SUITES.values()))
+    lab_cli("down", timeout=1200)
+    lab_cli("up", "--suites", ",".join(SUITES.values()), timeout=1200)
     assert {h: v["lab_suite"] for h, v in lab_hosts().items()} == SUITES
     yield
-    lab("down")
+    lab_cli("down", timeout=1200)
 
 
 def test_site_fetches_cp313_first_then_serves_bookworm_and_trixie() -> None:

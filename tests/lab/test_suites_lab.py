@@ -18,21 +18,19 @@ Bookworm is proven end to end (site.yml, real vLLM) by the e2e tests.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import jinja2
 import pytest
 from ansible_run import lab_hosts, lab_inventory, run_playbook, ssh
+from labhost import lab_cli
 
 from acceldeploy import hostplan, inventory
 
 pytestmark = pytest.mark.suites
 
 ROOT = Path(__file__).resolve().parents[2]
-LAB = [sys.executable, str(ROOT / "tools" / "lab.py")]
 SUITES = {"lab1": "bullseye", "lab2": "trixie"}
 PYTHONS = {"lab1": "3.9", "lab2": "3.13"}
 SYSTEMD = {"lab1": 247, "lab2": 257}
@@ -42,17 +40,12 @@ SNAPSHOT = (
 )
 
 
-def lab(*args: str, timeout: float = 900) -> None:
-    proc = subprocess.run([*LAB, *args], capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-
 @pytest.fixture(scope="module", autouse=True)
 def suites_lab() -> Iterator[None]:
-    lab("down")
-    lab("up", "--suites", ",".join(SUITES.values()))
+    lab_cli("down")
+    lab_cli("up", "--suites", ",".join(SUITES.values()))
     yield
-    lab("down")
+    lab_cli("down")
 
 
 def on_host(host: str, command: str, stdin: str | None = None) -> str:

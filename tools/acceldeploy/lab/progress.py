@@ -37,11 +37,13 @@ def say(line: str) -> None:
 
 
 def _size(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if count < 1000 or unit == "GB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+    if count < 1000:
+        return f"{count:.0f} B"
+    for unit in ("KB", "MB"):
         count /= 1000
-    return f"{count:.1f} GB"
+        if count < 1000:
+            return f"{count:.1f} {unit}"
+    return f"{count / 1000:.1f} GB"
 
 
 def _line(label: str, elapsed: float, written: int | None) -> str:

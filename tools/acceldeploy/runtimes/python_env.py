@@ -225,9 +225,16 @@ class _Build:
             self.expect[normalize_name(name)] = version
 
 
-def _cpu_install(build: _Build) -> None:
-    """The cpu stack: its complete lock, installed with --no-deps."""
+def _cpu_pins(build: _Build) -> None:
+    """The cpu stack: its complete lock (and the extras), each pin expected as written."""
     build.requirements = lock_requirements(build.entry) + build.extra
+    for pin in build.requirements:
+        name, _, version = pin.partition("==")
+        build.expect[normalize_name(name)] = version
+
+
+def _cpu_install(build: _Build) -> None:
+    """The lock installed with --no-deps."""
     argv = [build.python, *PIP, "install", *PIP_QUIET, "--no-deps", *build.source]
     build.steps.append(
         _step(
@@ -235,9 +242,6 @@ def _cpu_install(build: _Build) -> None:
             [*argv, "-r", build.requirements_path],
         )
     )
-    for pin in build.requirements:
-        name, _, version = pin.partition("==")
-        build.expect[normalize_name(name)] = version
 
 
 def _ascend_pins(build: _Build) -> None:
@@ -319,15 +323,18 @@ def _ascend_source_steps(build: _Build) -> list[dict[str, Any]]:
     return steps
 
 
-def _ascend_install(build: _Build) -> None:
-    """The ascend stack: vllm, vllm-ascend, torch, torch-npu from source or wheels."""
-    install_from = str(build.options.get("install_from") or "source")
+def _install_from(options: Mapping[str, Any]) -> str:
+    install_from = str(options.get("install_from") or "source")
     if install_from not in ("source", "wheels"):
         raise AcceldeployError(
             f"python_env_install_from {install_from!r} is unknown; use source or wheels"
         )
-    _ascend_pins(build)
-    if install_from == "wheels":
+    return install_from
+
+
+def _ascend_install(build: _Build) -> None:
+    """The ascend stack: vllm, vllm-ascend, torch, torch-npu from source or wheels."""
+    if _install_from(build.options) == "wheels":
         build.steps += _ascend_wheel_steps(build)
     else:
         build.steps += _ascend_source_steps(build)
@@ -434,39 +441,38 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     env = _prefix(manager, entry, options)
     env_scripts = [str(s) for s in options.get("env_scripts") or entry.get("env_scripts") or []]
 
-    def build_in(directory: str) -> _Build:
-        build = _Build(
-            directory, options, entry, extra, env_scripts, source=_pip_source_args(options)
-        )
-        create = _create_argv(manager, python, directory, options)
-        build.steps.append(_step(f"create the {manager}", create))
-        # What `vllm --version` prints (the CLI reads the "vllm" distribution's metadata),
-        # after importing vllm: a misnamed or broken install fails here, not at the first
-        # `vllm serve`. The CLI itself imports every subcommand (~10-30 s), too slow to run.
-        build.verify_argv = [build.python, "-c", VLLM_VERSION_CHECK]
-        if platform == "cpu":
-            _cpu_install(build)
-        else:
-            _ascend_install(build)
-        return build
-
-    pins = build_in(env)
+    # The pins and the key first: the key names the staging directory the steps build in.
+    build = _Build("", options, entry, extra, env_scripts, source=_pip_source_args(options))
+    if platform == "cpu":
+        _cpu_pins(build)
+    else:
+        _ascend_pins(build)
+    create = _create_argv(manager, python, "", options)
     identity = {
         "format": PLAN_FORMAT,
         "platform": platform,
         "manager": manager,
         "python": python,
         # The interpreter a venv is made from decides its ABI (cp311, cp313).
-        "creator": pins.steps[0]["argv"][0] if manager == "venv" else f"python={python}",
+        "creator": create[0] if manager == "venv" else f"python={python}",
         "env": env,
-        "requirements": pins.requirements,
-        "constraints": pins.constraints,
-        "install_from": (options.get("install_from") or "source")
-        if platform == "ascend"
-        else "lock",
+        "requirements": build.requirements,
+        "constraints": build.constraints,
+        "install_from": _install_from(options) if platform == "ascend" else "lock",
     }
-    staging = f"{env.rstrip('/')}-{_key(identity)[:STAGING_KEY_CHARS]}"
-    return _plan(platform, manager, env, build_in(staging), identity)
+    build.env = f"{env.rstrip('/')}-{_key(identity)[:STAGING_KEY_CHARS]}"
+    build.steps.append(
+        _step(f"create the {manager}", _create_argv(manager, python, build.env, options))
+    )
+    # What `vllm --version` prints (the CLI reads the "vllm" distribution's metadata), after
+    # importing vllm: a misnamed or broken install fails here, not at the first `vllm serve`.
+    # The CLI itself imports every subcommand (~10-30 s), too slow for every run.
+    build.verify_argv = [build.python, "-c", VLLM_VERSION_CHECK]
+    if platform == "cpu":
+        _cpu_install(build)
+    else:
+        _ascend_install(build)
+    return _plan(platform, manager, env, build, identity)
 
 
 def _container_plan(entry: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
