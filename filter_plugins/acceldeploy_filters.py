@@ -4,10 +4,11 @@ one host plan shared by preflight, the roles, verify and `plan.py render`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import hostplan, targets, varcheck
+from acceldeploy import drift, hostplan, targets, varcheck
 from acceldeploy.ansible_adapter import filters, plain
 from acceldeploy.errors import AcceldeployError
 
@@ -59,6 +60,17 @@ def acceldeploy_target(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]
     return targets.check(str(stdout), plain(dict(inputs)))
 
 
+@cache
+def _code_digest() -> str:
+    return drift.code_digest(str(REPO))
+
+
+def acceldeploy_state_key(inputs: Any) -> str:
+    """A role's inputs -> the key its no-op record is kept under (drift.py): another input,
+    or another acceldeploy, and the role runs in full once."""
+    return drift.state_key(plain(inputs), _code_digest())
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -70,4 +82,5 @@ class FilterModule:
             acceldeploy_variable_pattern,
             acceldeploy_target_probe,
             acceldeploy_target,
+            acceldeploy_state_key,
         )

@@ -59,6 +59,16 @@ def host_tuning_summary(
     return hosttuning.summary(plan, outcome, probe_after, reboot)
 
 
+def host_tuning_state_spec(plan: Mapping[str, Any]) -> dict[str, list[str]]:
+    return hosttuning.state_spec(plan)
+
+
+def host_tuning_steady_outcome(
+    outcome: Mapping[str, Any], reboot: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    return hosttuning.steady_outcome(outcome, reboot or {})
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -70,4 +80,6 @@ class FilterModule:
             host_tuning_redfish_changes,
             host_tuning_redfish_settings_url,
             host_tuning_summary,
+            host_tuning_state_spec,
+            host_tuning_steady_outcome,
         )

@@ -64,6 +64,20 @@ def model_weights_download_argv(
     return argv + [f"--pip-arg={arg}" for arg in pip_args]
 
 
+def model_weights_state_spec(job: Mapping[str, Any], root: str, venv: str) -> dict[str, Any]:
+    return weights.state_spec(job, str(root), str(venv))
+
+
+def model_weights_any_drift(states: Sequence[Mapping[str, Any]]) -> bool:
+    return weights.any_drift(list(states))
+
+
+def model_weights_summary_lines(
+    plans: Sequence[Mapping[str, Any]], steady: bool = False
+) -> list[str]:
+    return weights.summary_lines(list(plans), bool(steady))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -73,4 +87,7 @@ class FilterModule:
             model_weights_listings,
             model_weights_versions_file,
             model_weights_download_argv,
+            model_weights_state_spec,
+            model_weights_any_drift,
+            model_weights_summary_lines,
         )

@@ -299,12 +299,23 @@ def test_second_run_changes_and_downloads_nothing(hosts, mirrors):
     assert run.ok, run.output
     assert all(run.changed(h) == 0 for h in hosts), run.stats
     assert served["requests"] == 0, served  # pinned commits: not even a metadata call
-    plans = run.results("Plan | Models this host downloads from the hub")
+    # The no-op path: one read-only call per host found nothing changed; nothing else ran.
+    states = run.results("Anything changed since the last converge")
+    assert sorted(states) == sorted(hosts), states
+    assert all(state["drift"] == [] for state in states.values()), states
+    assert not run.results("Plan | Models this host downloads from the hub")
+    figures("second run", seconds=round(seconds, 1), bytes=served["bytes"])
+    # What the no-op path stands in for: the full check finds every model in place.
+    full, served = converge(mirrors, model_weights_strategy="each", acceldeploy_full_check=True)
+    assert full.ok, full.output
+    assert all(full.changed(h) == 0 for h in hosts), full.stats
+    assert served["requests"] == 0, served
+    plans = full.results("Plan | Models this host downloads from the hub")
+    assert sorted(plans) == sorted(hosts), plans
     for name, result in plans.items():
         for plan in result["plans"]:
             assert plan["action"] == "none", (name, plan)
             assert plan["rehashed_bytes"] == 0, (name, plan)
-    figures("second run", seconds=round(seconds, 1), bytes=served["bytes"])
     check = run_playbook(PLAYBOOK, extra_vars=extra(mirrors), check=True, diff=True)
     assert check.ok, check.output
     assert all(check.changed(h) == 0 for h in hosts), check.stats

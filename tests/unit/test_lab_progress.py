@@ -32,3 +32,18 @@ def test_a_failing_step_says_so_and_raises(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(RuntimeError), progress.step("install"):
         raise RuntimeError("pip failed")
     assert re.fullmatch(r"    install: failed in 0\.0 s", capsys.readouterr().err.splitlines()[-1])
+
+
+def test_a_rebuild_that_clears_its_directory_counts_what_it_writes_afresh(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = tmp_path / "old"
+    old.write_bytes(b"x" * 3_000_000)
+    with progress.step("labenv", watch=tmp_path, every=0.05):
+        old.unlink()
+        time.sleep(0.12)
+        (tmp_path / "new").write_bytes(b"x" * 1_000_000)
+        time.sleep(0.12)
+    err = capsys.readouterr().err
+    assert "-" not in err.replace("==>", "")
+    assert err.splitlines()[-1].endswith("1.0 MB written")

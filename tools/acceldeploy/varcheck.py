@@ -26,6 +26,8 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
     "acceldeploy_allow_untested_os": {"type": "bool"},
     # Download nothing on the controller; a missing artefact stops preflight naming it.
     "acceldeploy_offline": {"type": "bool"},
+    # Ignore the no-op records (tools/acceldeploy/drift.py): every role checks everything.
+    "acceldeploy_full_check": {"type": "bool"},
 }
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.fetch.common import ModelSpec, WeightsError
-from acceldeploy.modelref import label, parse_model_ref
+from acceldeploy.modelref import label, model_dir, parse_model_ref
 
 STRATEGIES = ("each", "seed")
 VERIFY_MODES = ("fast", "full")
@@ -170,3 +170,35 @@ def _merge(previous: ModelSpec | None, spec: ModelSpec) -> ModelSpec:
         patterns = tuple(dict.fromkeys(previous.allow_patterns + spec.allow_patterns))
     services = tuple(dict.fromkeys(previous.services + spec.services))
     return ModelSpec(spec.model, spec.source, spec.revision, patterns, services)
+
+
+def state_spec(job: Mapping[str, Any], root: str, venv: str) -> dict[str, list[str]]:
+    """What the no-op path compares with the last converge (tools/acceldeploy/drift.py): each
+    published model directory this host keeps (its files' sizes and mtimes: the fast verify's
+    view) and the fetch venv's record of what it was installed from."""
+    specs = [*job.get("hub", []), *job.get("pull", []), *job.get("verify", [])]
+    trees = sorted({model_dir(root, s["model"], s.get("revision")) for s in specs})
+    return {"trees": trees, "files": [f"{venv}/acceldeploy-requirements.txt", f"{venv}/bin/python"]}
+
+
+def any_drift(states: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any host of the play must run in full: the seed fan-out plans the hosts together,
+    so the no-op path applies to all of them or to none. A host with nothing to do (skipped)
+    does not count."""
+    return any(not s.get("skipped") and s.get("drift", ["no check"]) for s in states)
+
+
+def summary_lines(plans: Sequence[Mapping[str, Any]], steady: bool = False) -> list[str]:
+    """One line per model of this host: what was done, why, and what it fetched; ``steady``:
+    how a rerun that finds it unchanged reads (recorded for the no-op path)."""
+    lines = []
+    for plan in plans:
+        commit = f", commit {plan['commit']}" if plan.get("commit") else ""
+        if steady:
+            lines.append(f"{plan['dir']}: none (unchanged since the last converge){commit}")
+            continue
+        mib = round(int(plan.get("needed_bytes") or 0) / 1048576, 1)
+        lines.append(
+            f"{plan['dir']}: {plan['action']} ({plan['reason']}); {mib} MiB to fetch{commit}"
+        )
+    return lines

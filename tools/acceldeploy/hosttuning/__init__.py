@@ -52,9 +52,10 @@ from acceldeploy.hosttuning.planning import (
     host_view,
     hugepages_check,
     plan,
+    state_spec,
 )
 from acceldeploy.hosttuning.reboot import changed, cmdline_check, reboot_reasons
-from acceldeploy.hosttuning.report import SUMMARY_LINES, summary
+from acceldeploy.hosttuning.report import SUMMARY_LINES, steady_outcome, summary
 
 __all__ = [
     "AUDIT_CHECKS",
@@ -89,6 +90,8 @@ __all__ = [
     "redfish_changes",
     "redfish_settings_url",
     "settings",
+    "state_spec",
+    "steady_outcome",
     "summary",
     "sysctl_map",
     "system_info",

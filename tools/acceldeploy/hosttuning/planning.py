@@ -268,3 +268,19 @@ def plan(
         "bios": bios_plan(cfg),
         "reboot": reboot_plan(cfg),
     }
+
+
+GOVERNOR_FILES = "/sys/devices/system/cpu/cpufreq/policy*/scaling_governor"
+
+
+def state_spec(the_plan: Mapping[str, Any]) -> dict[str, list[str]]:
+    """What the no-op path compares with the last converge (tools/acceldeploy/drift.py): every
+    file the role writes or reads to decide, each live value it sets, /proc/cmdline (a reboot
+    or a new kernel) and the units it keeps disabled."""
+    grub = (the_plan.get("kernel") or {}).get("grub") or {}
+    probe = the_plan.get("probe") or {}
+    files = [*probe.get("files", []), grub.get("path"), grub.get("cfg_path"), "/proc/cmdline"]
+    files += [(the_plan.get(part) or {}).get("file") for part in ("sysctls", "hugepages")]
+    files += ["/proc/sys/" + key.replace(".", "/") for key in probe.get("sysctls", [])]
+    files.append(GOVERNOR_FILES)
+    return {"files": sorted({f for f in files if f}), "units": list(probe.get("units", []))}

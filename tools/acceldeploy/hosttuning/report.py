@@ -206,3 +206,24 @@ def summary(
     """The per-host lines printed at the end of the play."""
     run = Run(the_plan, outcome, probe_after, reboot or {})
     return [line for part in SUMMARY_LINES for line in part(run)]
+
+
+CHANGE_RESULTS = (
+    "kernel_file",
+    "kernel_regenerate",
+    "sysctls",
+    "hugepages",
+    "governor",
+    "governor_units",
+)
+
+
+def steady_outcome(outcome: Mapping[str, Any], reboot: Mapping[str, Any]) -> dict[str, Any]:
+    """The outcome a rerun with nothing to change would have: no change results, and the
+    reboot reasons still waiting (none once this run rebooted). Recorded for the no-op path."""
+    steady = {k: v for k, v in outcome.items() if k not in CHANGE_RESULTS}
+    steady["check_mode"] = False
+    steady["reboot_reasons"] = (
+        [] if reboot.get("rebooted") else list(outcome.get("reboot_reasons") or [])
+    )
+    return steady

@@ -56,12 +56,18 @@ def _line(label: str, elapsed: float, written: int | None) -> str:
 @contextmanager
 def step(label: str, watch: Path | None = None, every: float = EVERY_SECONDS) -> Iterator[None]:
     started = time.monotonic()
-    base = tree_bytes(watch) if watch else 0
+    lowest = [tree_bytes(watch) if watch else 0]
     say(f"==> {label}")
     stop = threading.Event()
 
     def written() -> int | None:
-        return tree_bytes(watch) - base if watch else None
+        # Growth since the smallest size seen: a step that first clears its directory (a
+        # rebuild) counts what it writes afresh, never a negative figure.
+        if not watch:
+            return None
+        now = tree_bytes(watch)
+        lowest[0] = min(lowest[0], now)
+        return now - lowest[0]
 
     def report() -> None:
         while not stop.wait(every):

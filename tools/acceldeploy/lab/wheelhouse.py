@@ -428,7 +428,9 @@ def build_labenv(
             requirements_text = lock.read_text()
         else:
             requirements_text = "\n".join(swap_torch_pins(requires_dist(vllm))) + "\n"
-        key = _sha256_text(f"{_pins_only(requirements_text)}\n{_file_sha256(vllm)}\n{python}")
+        # The interpreter itself, not the path that named it (a checkout's .venv/bin/python).
+        real = os.path.realpath(python)
+        key = _sha256_text(f"{_pins_only(requirements_text)}\n{_file_sha256(vllm)}\n{real}")
         stamp = venv / LABENV_STAMP
         if not force and stamp.exists():
             try:
