@@ -140,3 +140,38 @@ def test_the_recorded_outcome_is_a_rerun_s_and_a_done_reboot_waits_no_more() -> 
         "reboot_reasons": ["kernel arguments changed"],
     }
     assert hosttuning.steady_outcome(outcome, {"rebooted": True})["reboot_reasons"] == []
+
+
+def test_model_weights_watches_each_published_directory_and_the_fetch_venv() -> None:
+    from acceldeploy import weights
+
+    job = {
+        "hub": [{"model": "org/a", "revision": "c1"}],
+        "pull": [{"model": "org/b", "revision": None}],
+        "verify": [],
+    }
+    assert weights.state_spec(job, "/models/", "/opt/v") == {
+        "trees": ["/models/org/a@c1", "/models/org/b@main"],
+        "files": ["/opt/v/acceldeploy-requirements.txt", "/opt/v/bin/python"],
+    }
+
+
+def test_one_host_with_drift_sends_the_whole_play_down_the_full_path() -> None:
+    from acceldeploy import weights
+
+    quiet, idle = {"drift": []}, {"skipped": True}
+    assert weights.any_drift([quiet, idle]) is False
+    assert weights.any_drift([quiet, {"drift": ["/models/org/a@c1 is gone"]}]) is True
+    assert weights.any_drift([quiet, {"changed": False}]) is True  # no answer: check in full
+
+
+def test_the_recorded_model_summary_reads_as_a_rerun() -> None:
+    from acceldeploy import weights
+
+    plans = [
+        {"dir": "org/a@c1", "action": "download", "reason": "missing", "needed_bytes": 2097152}
+    ]
+    assert weights.summary_lines(plans) == ["org/a@c1: download (missing); 2.0 MiB to fetch"]
+    assert weights.summary_lines(plans, steady=True) == [
+        "org/a@c1: none (unchanged since the last converge)"
+    ]

@@ -48,7 +48,7 @@ def test_includes_read_the_roles_own_switches():
     options = specs["argument_specs"]["main"]["options"]
     assert specs["argument_specs"]["check"]["options"] == options
     switches = {}
-    for task in tasks("main.yml"):
+    for task in tasks("apply.yml"):
         when = task.get("when")
         if when and task["ansible.builtin.import_tasks"] != "bios_redfish.yml":
             switches[task["ansible.builtin.import_tasks"]] = when
