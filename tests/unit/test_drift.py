@@ -175,3 +175,10 @@ def test_the_recorded_model_summary_reads_as_a_rerun() -> None:
     assert weights.summary_lines(plans, steady=True) == [
         "org/a@c1: none (unchanged since the last converge)"
     ]
+
+
+def test_only_a_whole_real_run_records() -> None:
+    assert drift.whole_run(["all"], [], False)
+    assert not drift.whole_run(["all"], [], True)
+    assert not drift.whole_run(["serve"], [], False)
+    assert not drift.whole_run(["all"], ["verify"], False)

@@ -22,6 +22,7 @@ FILTERS = [
     "python_env_fact",
     "python_env_plan",
     "python_env_record_key",
+    "python_env_state_spec",
     "python_env_verify",
     "python_env_wheel_errors",
     "python_env_wheel_fetch_argv",

@@ -5,8 +5,10 @@ line 1)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -491,6 +493,41 @@ def test_cpu_venv_plan() -> None:
         "-c",
         "import importlib.metadata as m, vllm; print(m.version('vllm'))",
     ]
+
+
+def test_the_no_op_path_sees_an_install_an_uninstall_and_a_moved_link(tmp_path: Path) -> None:
+    from acceldeploy import drift
+
+    plan = python_env.python_env_plan({**CPU, "venv_path": str(tmp_path / "venv")})
+    staging = Path(plan["staging"])
+    site = staging / "lib/python3.11/site-packages"
+    for dist in ("torch-2.9.1", "vllm-0.12.0+cpu"):
+        (site / f"{dist}.dist-info").mkdir(parents=True)
+        (site / f"{dist}.dist-info/RECORD").write_text(f"{dist}/__init__.py,,\n")
+    for name in ("requirements_path", "constraints_path", "record_path"):
+        Path(plan[name]).write_text(name)
+    (staging / "bin").mkdir()
+    os.symlink("/usr/bin/python3.11", plan["staging_python"])
+    os.symlink(staging, plan["env"])
+    fact = tmp_path / "fact"
+    fact.write_text("{}")
+
+    spec = drift.Spec.of(python_env.python_env_state_spec(plan, str(fact)))
+    recorded = drift.record("k", spec, drift.observe(spec), {})
+    assert drift.drift(recorded, "k") == []
+
+    (site / "six-1.17.0.dist-info").mkdir()
+    (site / "six-1.17.0.dist-info/RECORD").write_text("six.py,,\n")
+    assert drift.drift(recorded, "k") == [f"{site}/six-1.17.0.dist-info/RECORD appeared"]
+    shutil.rmtree(site / "six-1.17.0.dist-info")
+    shutil.rmtree(site / "torch-2.9.1.dist-info")
+    assert drift.drift(recorded, "k") == [f"{site}/torch-2.9.1.dist-info/RECORD is gone"]
+    (site / "torch-2.9.1.dist-info").mkdir()
+    (site / "torch-2.9.1.dist-info/RECORD").write_text("torch-2.9.1/__init__.py,,\n")
+    os.unlink(plan["env"])
+    os.symlink(tmp_path / "elsewhere", plan["env"])
+    assert drift.drift(recorded, "k") == [f"{plan['env']} changed"]
+    assert python_env.python_env_state_spec({"manager": "container"}, str(fact)) == {"files": []}
 
 
 def test_key_ignores_sources_and_follows_pins(tmp_path: Path) -> None:

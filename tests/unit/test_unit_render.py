@@ -366,3 +366,39 @@ def test_a_parser_check_is_recorded_for_its_argv_and_env_key() -> None:
     recorded = [slurped("a", digest + "\n"), slurped("b", "0" * 64), slurped("c", None)]
     assert vllm_service_argcheck_passed(recorded, "key1") == ["a"]
     assert vllm_service_argcheck_passed(recorded, "key2") == []
+
+
+def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out() -> None:
+    import runpy
+
+    plugin = runpy.run_path(
+        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+    )
+    units = [
+        {
+            "name": "qwen3-vl",
+            "unit_path": "/etc/systemd/system/qwen3-vl.service",
+            "launcher_path": "/usr/local/libexec/acceldeploy/qwen3-vl.sh",
+            "argcheck": ["python", "-c", "..."],
+        }
+    ]
+    dirs = {"launcher": "/usr/local/libexec/acceldeploy", "secret": "/etc/s", "last_good": "/lg"}
+    spec = plugin["vllm_service_state_spec"](units, ["vllm-ready"], dirs)
+    assert spec["units"] == ["qwen3-vl.service"]
+    assert set(spec["files"]) == {
+        "/usr/local/libexec/acceldeploy/vllm-ready",
+        "/etc/passwd",
+        "/etc/group",
+        "/etc/systemd/system/qwen3-vl.service",
+        "/usr/local/libexec/acceldeploy/qwen3-vl.sh",
+        "/etc/s/qwen3-vl.env",
+        "/lg/qwen3-vl.service",
+        "/lg/qwen3-vl.sh",
+        "/lg/qwen3-vl.argcheck",
+    }
+    digest = plugin["vllm_service_secrets_digest"]
+    services = [{"name": "qwen3-vl", "api_key": "sk-secret-1"}]
+    one = digest(services, ["qwen3-vl"])
+    assert "sk-secret-1" not in one
+    assert one != digest([{"name": "qwen3-vl", "api_key": "sk-secret-2"}], ["qwen3-vl"])
+    assert one != digest([{"name": "qwen3-vl"}], ["qwen3-vl"])

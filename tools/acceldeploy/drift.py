@@ -216,6 +216,11 @@ def code_digest(root: str) -> str:
     return digest.hexdigest()
 
 
+def whole_run(run_tags: Iterable[str], skip_tags: Iterable[str], check_mode: bool) -> bool:
+    """Only a real run with no --tags or --skip-tags converged everything a record speaks for."""
+    return list(run_tags) == ["all"] and not list(skip_tags) and not check_mode
+
+
 def state_key(inputs: Any, code: str) -> str:
     text = json.dumps(inputs, sort_keys=True, default=str)
     return hashlib.sha256(f"{code}\n{text}".encode()).hexdigest()

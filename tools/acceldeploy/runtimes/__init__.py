@@ -39,6 +39,7 @@ from acceldeploy.runtimes.python_env import (
     env_prefix,
     python_env_fact,
     python_env_plan,
+    python_env_state_spec,
     python_env_verify,
     record_key,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "parse_npu_smi_info",
     "python_env_fact",
     "python_env_plan",
+    "python_env_state_spec",
     "python_env_verify",
     "record_key",
     "service_devices",

@@ -566,6 +566,29 @@ def python_env_fact(plan: dict[str, Any], vllm_output: str = "") -> dict[str, An
     return {**plan.get("fact", {}), "vllm_reported": last_line(vllm_output)}
 
 
+def python_env_state_spec(plan: dict[str, Any], fact_file: str) -> dict[str, list[str]]:
+    """What the no-op path compares with the last converge (tools/acceldeploy/drift.py): the
+    path's symlink, the build's record, pip's inputs, the local fact, the interpreter, and every
+    installed distribution's RECORD (what ``pip list`` and an install or uninstall change).
+    Empty for a container: the image is checked every run."""
+    if plan.get("manager") not in ("venv", "conda"):
+        return {"files": []}
+    staging = str(plan["staging"])
+    files = [
+        plan["env"],
+        plan["staging_python"],
+        plan["record_path"],
+        plan["requirements_path"],
+        fact_file,
+        f"{staging}/lib/python*/site-packages/*.dist-info/RECORD",
+    ]
+    if plan.get("constraints_text"):
+        files.append(plan["constraints_path"])
+    if plan["manager"] == "conda":
+        files.append(f"{staging}/conda-meta/*.json")
+    return {"files": [str(f) for f in files]}
+
+
 def record_key(record_text: str) -> str:
     """The key stored in an environment's record ('' when absent or unreadable)."""
     try:
