@@ -49,8 +49,8 @@ lab-down: venv
 
 test-lab: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -m bare tests/lab
-	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -m lab tests/lab
-	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m e2e tests/lab
+	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q --durations=15 -m lab tests/lab
+	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s --durations=5 -m e2e tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m labcycle tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m suites tests/lab
 

@@ -5,8 +5,10 @@ whose root is an overlay on one cached rootfs, so each costs only its own writes
 converges the stages that need no vLLM venv (host tuning, models), then times a no-op rerun
 of each with the project's Ansible settings (ansible.cfg: forks 20, pipelining, SSH
 ControlPersist, lean fact gathering and a fact cache) and with stock ones (forks 5, no
-pipelining, the default SSH arguments, no fact cache). `--site` also times the whole
-site.yml on the running lab as it is (run it after `make demo`: its two hosts serve vLLM).
+pipelining, the default SSH arguments, no fact cache, and every play gathering every fact, as
+a play without gather_facts does: the bench runs a copy of the playbooks without those keys).
+`--site` also times the whole site.yml on the running lab as it is (run it after `make demo`:
+its two hosts serve vLLM).
 
     python3 tools/bench_noop.py [--hosts 1,2,4,8] [--runs 3] [--site] [--json FILE]
                                 [--mitogen DIR]
@@ -24,13 +26,18 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -42,7 +49,7 @@ LAB = [sys.executable, str(ROOT / "tools" / "lab.py")]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 INVENTORY = ROOT / "inventory" / "lab"
 STAGES = {"host": "playbooks/host.yml", "models": "playbooks/models.yml"}
-# Ansible's own defaults for what ansible.cfg tunes; plays keep their gather_facts settings.
+# Ansible's own defaults for what ansible.cfg tunes (the plays' fact gathering: stock_copy).
 STOCK = {
     "ANSIBLE_FORKS": "5",
     "ANSIBLE_PIPELINING": "False",
@@ -102,6 +109,31 @@ def play(playbook: str, env: dict[str, str] | None = None, noop: bool = True) ->
     return elapsed
 
 
+def stock_play(play: object) -> object:
+    """A play as written without fact-gathering keys (Ansible then gathers every fact)."""
+    if isinstance(play, dict) and "hosts" in play:
+        return {k: v for k, v in play.items() if k not in ("gather_facts", "gather_subset")}
+    return play
+
+
+@contextmanager
+def stock_copy() -> Iterator[Path]:
+    """site.yml and playbooks/*.yml with stock fact gathering, in a directory of the
+    repository (roles, filters and the tasks they include resolve as from the originals)."""
+    top = Path(tempfile.mkdtemp(prefix=".bench-stock-", dir=ROOT))
+    try:
+        (top / "playbooks").mkdir()
+        for source in [ROOT / "site.yml", *sorted((ROOT / "playbooks").glob("*.yml"))]:
+            plays = [stock_play(p) for p in yaml.safe_load(source.read_text()) or []]
+            target = top / source.relative_to(ROOT)
+            target.write_text(yaml.safe_dump(plays, sort_keys=False, width=100))
+        (top / "playbooks" / "tasks").symlink_to(ROOT / "playbooks" / "tasks")
+        (top / "tools").symlink_to(ROOT / "tools")  # verify.yml: {{ playbook_dir }}/../tools
+        yield top
+    finally:
+        shutil.rmtree(top)
+
+
 def mitogen_env(directory: Path | None) -> dict[str, str] | None:
     if directory is None:
         return None
@@ -120,11 +152,12 @@ def bench_stage(
     hosts: int, stage: str, playbook: str, runs: int, mitogen: dict[str, str] | None = None
 ) -> Row:
     row = Row(hosts, stage, [], [])
-    for _ in range(runs):
-        row.tuned.append(play(playbook))
-        row.stock.append(play(playbook, STOCK))
-        if mitogen:
-            row.mitogen.append(play(playbook, mitogen))
+    with stock_copy() as stock:
+        for _ in range(runs):
+            row.tuned.append(play(playbook))
+            row.stock.append(play(str(stock / playbook), STOCK))
+            if mitogen:
+                row.mitogen.append(play(playbook, mitogen))
     say(
         f"    {hosts} hosts, {stage}: {statistics.median(row.tuned):.1f} s tuned, "
         f"{statistics.median(row.stock):.1f} s stock"

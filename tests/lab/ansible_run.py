@@ -132,6 +132,15 @@ class PlaybookRun:
                 for host, result in (task.get("hosts") or {}).items():
                     yield name, host, result
 
+    def drift(self) -> dict[str, list[str]]:
+        """host -> why the no-op path did not apply ([] when it did), from the roles' one
+        read-only call (acceldeploy_state)."""
+        return {
+            host: result["drift"]
+            for name, host, result in self.iter_results()
+            if "Anything changed since the last converge" in name and "drift" in result
+        }
+
     def results(self, task_name: str) -> dict[str, dict[str, Any]]:
         """host -> result of the (last) task whose name contains ``task_name``."""
         return {h: r for name, h, r in self.iter_results() if task_name in name}

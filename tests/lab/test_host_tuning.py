@@ -78,15 +78,6 @@ def failure_text(run: PlaybookRun) -> str:
     return "\n".join(parts)
 
 
-def drift_found(run: PlaybookRun) -> dict[str, list[str]]:
-    """host -> why the no-op path did not apply ([] when it did), from its one read-only call."""
-    return {
-        host: result["drift"]
-        for name, host, result in run.iter_results()
-        if "Anything changed since the last converge" in name and "drift" in result
-    }
-
-
 def summary(run: PlaybookRun) -> dict[str, list[str]]:
     return {h: list(r.get("msg") or []) for h, r in run.results("Summary | Host tuning").items()}
 
@@ -222,14 +213,14 @@ def test_converge_then_again_changes_nothing(hosts):
         # The reboot the first run asked for is still noticed on the second.
         assert "reboot: pending" in text, text
     print(f"second run: changed=0 in {again.duration:.1f}s")
-    assert drift_found(again) == {name: [] for name in hosts}  # the no-op path
+    assert again.drift() == {name: [] for name in hosts}  # the no-op path
 
     # A hand edit is drift: found by that one call, repaired by the whole role.
     (name, hostvars), *others = hosts.items()
     remote(hostvars, f"sed -i 's/^vm.swappiness=10$/vm.swappiness=60/' {SYSCTL_FILE}")
     repaired = run_playbook(PLAYBOOK, lab_inventory(), EXTRA)
     assert repaired.ok, repaired.output
-    assert drift_found(repaired) == {name: [f"{SYSCTL_FILE} changed"], **{o: [] for o, _ in others}}
+    assert repaired.drift() == {name: [f"{SYSCTL_FILE} changed"], **{o: [] for o, _ in others}}
     assert repaired.changed(name) >= 1 and all(repaired.changed(o) == 0 for o, _ in others)
     assert "vm.swappiness=10" in remote(hostvars, f"cat {SYSCTL_FILE}")
 

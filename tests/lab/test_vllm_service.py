@@ -119,17 +119,36 @@ def test_converge_serves_on_every_host(converged, inventory, hosts):
 
 
 def test_second_run_changes_and_restarts_nothing(converged, inventory, hosts):
-    run = run_playbook(PLAYBOOK, inventory, timeout=900)
-    assert run.ok, run.output
-    print(f"second run: {run.duration:.0f}s")
-    for host, hostvars in hosts.items():
-        assert run.changed(host) == 0, [
-            (t, h) for t, h, r in run.iter_results() if h == host and r.get("changed")
-        ]
-        assert show(hostvars, "MainPID") == converged["pids"][host]
-    check = run_playbook(PLAYBOOK, inventory, check=True, diff=True, timeout=900)
+    # The no-op path (one read-only call and /health per host), then the full path it stands
+    # in for (every file, unit and the gate), then the full path in check mode.
+    full = {"acceldeploy_full_check": True}
+    for extra in ({}, full):
+        run = run_playbook(PLAYBOOK, inventory, extra, timeout=900)
+        assert run.ok, run.output
+        print(f"second run {extra}: {run.duration:.0f}s")
+        assert run.drift() == ({} if extra else {h: [] for h in hosts})
+        assert bool(run.results("Files | Units")) == bool(extra)
+        for host, hostvars in hosts.items():
+            assert run.changed(host) == 0, [
+                (t, h) for t, h, r in run.iter_results() if h == host and r.get("changed")
+            ]
+            assert run.results("Gate | /health answers 200")[host]["results"][0]["status"] == 200
+            assert show(hostvars, "MainPID") == converged["pids"][host]
+    check = run_playbook(PLAYBOOK, inventory, full, check=True, diff=True, timeout=900)
     assert check.ok, check.output
     assert all(check.changed(h) == 0 for h in hosts)
+    # A hand edit is drift: found by that one call, repaired by the role's full path (the
+    # rollback copy: no restart needed), on that host only.
+    host, hostvars = next(iter(hosts.items()))
+    on(hostvars, f"echo '# edited' >> {LAST_GOOD}/{NAME}.service")
+    repaired = run_playbook(PLAYBOOK, inventory, timeout=900)
+    assert repaired.ok, repaired.output
+    assert repaired.drift() == {
+        h: [f"{LAST_GOOD}/{NAME}.service changed"] if h == host else [] for h in hosts
+    }
+    unit = on(hostvars, f"cat /etc/systemd/system/{NAME}.service")
+    assert on(hostvars, f"cat {LAST_GOOD}/{NAME}.service") == unit
+    assert repaired.changed(host) == 1 and show(hostvars, "MainPID") == converged["pids"][host]
 
 
 def test_killed_vllm_is_restarted(converged, inventory, hosts):

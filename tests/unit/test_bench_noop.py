@@ -34,3 +34,21 @@ def test_the_table_shows_medians_speedup_and_scaling() -> None:
     ]
     assert cells == [["1", "host", "5.0", "16.0", "3.20x", "1.00x"],
                      ["8", "host", "7.5", "41.0", "5.47x", "1.50x"]]  # fmt: skip
+
+
+def test_the_stock_copy_gathers_every_fact_and_keeps_everything_else() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    with BENCH["stock_copy"]() as stock:
+        for original in [root / "site.yml", *sorted((root / "playbooks").glob("*.yml"))]:
+            before = yaml.safe_load(original.read_text())
+            after = yaml.safe_load((stock / original.relative_to(root)).read_text())
+            assert len(after) == len(before)
+            for was, now in zip(before, after, strict=True):
+                assert "gather_facts" not in now and "gather_subset" not in now
+                left = {k: v for k, v in was.items() if k not in ("gather_facts", "gather_subset")}
+                assert now == left
+        assert (stock / "playbooks/tasks/first_contact.yml").is_file()
+        assert (stock / "playbooks/../tools/verify.py").is_file()
+    assert not stock.exists()
