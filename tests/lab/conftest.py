@@ -15,3 +15,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     if report.skipped and os.environ.get("ACCELDEPLOY_REQUIRE_LAB") == "1":
         report.outcome = "failed"
         report.longrepr = f"skipped under ACCELDEPLOY_REQUIRE_LAB=1: {report.longrepr}"
+
+
+# The one real venv build of the run (python_env's test, on every lab host) goes first: the
+# tests after it that need vLLM on a host find that build and keep it (a no-op), instead of
+# each building the ~8 GB environment again.
+FIRST = ("test_python_env.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in FIRST)

@@ -15,9 +15,10 @@ from anywhere else. Checked:
 - a build that fails (a pin the wheelhouse lacks) leaves the link on the serving build, and
   the next good run rebuilds nothing.
 
-Hosts: the first of $ACCELDEPLOY_TEST_INVENTORY (default inventory/lab/hosts.yml), or all of
-them with ACCELDEPLOY_TEST_PYTHON_ENV_HOSTS=all. The venv is removed first and rebuilt with the
-same pins, so the hosts end as they were. Needs ~8 GB per host and ~3-5 minutes.
+Hosts: all of $ACCELDEPLOY_TEST_INVENTORY (default inventory/lab/hosts.yml), in parallel, or
+only the first with ACCELDEPLOY_TEST_PYTHON_ENV_HOSTS=1. The venv is removed first and rebuilt
+with the same pins, so the hosts end as they were, and the lab tests after it (conftest.py runs
+this module first) reuse that build. Needs ~8 GB per host and ~4-5 minutes.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def server(
 def hosts() -> dict[str, dict[str, Any]]:
     found = lab_hosts()
     names = sorted(found)
-    if os.environ.get("ACCELDEPLOY_TEST_PYTHON_ENV_HOSTS", "1") != "all":
+    if os.environ.get("ACCELDEPLOY_TEST_PYTHON_ENV_HOSTS", "all") != "all":
         names = names[:1]
     return {name: found[name] for name in names}
 

@@ -18,6 +18,8 @@ HOSTS = ("lab1", "lab2")
 KEY = "sk-acceldeploy-PLANTED-4f1c9e"
 SECRET = "/etc/acceldeploy/secrets/qwen3-vl.env"
 # Everywhere a key could leak to on a host, but the serving env (GBs of wheels).
+# The rollout order is test_vllm_service's subject, not this one's: both hosts restart at once.
+BOTH_AT_ONCE = {"vllm_service_serial": len(HOSTS)}
 SEARCHED = "/etc /usr/local /var/lib /var/log /var/cache/acceldeploy-vllm /run /tmp /var/tmp /root"
 
 
@@ -30,7 +32,7 @@ def test_a_planted_api_key_is_only_in_its_0600_file() -> None:
     # verify runs below against an inventory that holds the key (site.yml's verify stage reads
     # the inventory, not these extra vars)
     run = run_playbook(
-        "site.yml", INVENTORY, {"acceldeploy_services": services_with_key()},
+        "site.yml", INVENTORY, {"acceldeploy_services": services_with_key(), **BOTH_AT_ONCE},
         args=["-v"], skip_tags=["verify"], timeout=3000,
     )  # fmt: skip
     try:
@@ -63,5 +65,5 @@ def test_a_planted_api_key_is_only_in_its_0600_file() -> None:
         assert verify.returncode == 0, verify.stdout[-4000:] + verify.stderr[-2000:]
         assert KEY not in verify.stdout + verify.stderr
     finally:
-        back = run_playbook("playbooks/serve.yml", INVENTORY, timeout=1800)
+        back = run_playbook("playbooks/serve.yml", INVENTORY, BOTH_AT_ONCE, timeout=1800)
         assert back.ok, back.output[-4000:]
