@@ -33,15 +33,17 @@ class Target:
 
 
 def png(width: int, height: int, seed: int = 0) -> bytes:
-    """An RGB gradient PNG made locally; `seed` shifts the colours so images differ."""
+    """An RGB gradient PNG made locally; `seed` shifts the colours, and its bytes are written
+    into the first pixels, so images of different seeds always differ."""
+    tag = seed.to_bytes(12, "big").ljust(3 * width, b"\x80")[: 3 * width]
     rows = b"".join(
         b"\x00"
-        + b"".join(
+        + (tag if y == 0 and width >= 4 else b"".join(
             bytes(((x * 255 // width + seed) % 256, (y * 255 // height + 3 * seed) % 256, 128))
             for x in range(width)
-        )
+        ))
         for y in range(height)
-    )
+    )  # fmt: skip
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return (

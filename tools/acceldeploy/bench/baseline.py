@@ -1,0 +1,167 @@
+"""A run against its baseline: like with like (the key must match), and a regression is a
+change in the bad direction beyond max(tolerance, the spread measured across rounds)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from acceldeploy.bench.summary import HIGHER, LOWER
+from acceldeploy.errors import AcceldeployError
+
+DEFAULT_TOLERANCE = 0.10  # share of the baseline's figure
+KEPT_MEMORY_FLOOR_MIB = 64.0
+# A host whose throughput is this share below the fleet median (same service and key).
+OUTLIER_SHARE = 0.25
+
+
+def load(directory: Path) -> dict[str, Any]:
+    path = directory / "summary.json"
+    if not path.is_file():
+        raise AcceldeployError(
+            f"--baseline {directory}: no summary.json (a tools/bench.py run dir)"
+        )
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def argv_flags(argv: list[str]) -> dict[str, str]:
+    """`--flag value` pairs (a flag without a value maps to "")."""
+    flags: dict[str, str] = {}
+    for i, token in enumerate(argv):
+        if token.startswith("--"):
+            following = argv[i + 1] if i + 1 < len(argv) else ""
+            flags[token] = "" if following.startswith("--") else following
+    return flags
+
+
+def argv_difference(now: list[str], then: list[str]) -> str:
+    a, b = argv_flags(then), argv_flags(now)
+    parts = [
+        f"{flag} {a.get(flag, '(unset)')} -> {b.get(flag, '(unset)')}".replace("  ", " ")
+        for flag in sorted(set(a) | set(b))
+        if a.get(flag) != b.get(flag)
+    ]
+    return "argv: " + (", ".join(parts) or f"{then} -> {now}")
+
+
+def key_difference(now: dict[str, Any], then: dict[str, Any]) -> list[str]:
+    """What differs between two runs' keys, argv flag by flag."""
+    found = []
+    for field in sorted(set(now) | set(then)):
+        if now.get(field) == then.get(field):
+            continue
+        if field == "argv":
+            found.append(argv_difference(now.get(field) or [], then.get(field) or []))
+        elif field == "env":
+            gone = sorted(set(then.get(field) or []) - set(now.get(field) or []))
+            added = sorted(set(now.get(field) or []) - set(then.get(field) or []))
+            found.append(f"env: -{gone} +{added}")
+        elif not (field == "argv_sha256" and now.get("argv") != then.get("argv")):
+            found.append(f"{field}: {then.get(field)!r} -> {now.get(field)!r}")
+    return found
+
+
+def _index(run: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(s["host"], s["service"]): s for s in run["services"]}
+
+
+def _point(service: dict[str, Any]) -> dict[str, Any] | None:
+    points = service.get("points") or []
+    return points[0] if len(points) == 1 else None
+
+
+def kept_memory(service: dict[str, Any]) -> dict[str, float]:
+    """Per device: memory after the last round minus at ready."""
+    kept = {}
+    for device, data in service["memory"]["devices"].items():
+        phases = data["phases"]
+        after = [p for p in phases if p.startswith("after round ")]
+        if after and phases.get("ready") is not None and phases.get(after[-1]) is not None:
+            kept[device] = phases[after[-1]] - phases["ready"]
+    return kept
+
+
+def check_keys(then: dict[str, Any], keys: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Before any request: every service the baseline also holds has the same key."""
+    before = _index(then)
+    for where, key in keys.items():
+        old = before.get(where)
+        diff = [] if old is None else key_difference(key, old["key"])
+        if diff:
+            raise AcceldeployError(
+                f"baseline of {where[0]}/{where[1]} is another setup ({'; '.join(diff)}); "
+                "compare like with like, or pass --force"
+            )
+
+
+def compare(now: dict[str, Any], then: dict[str, Any], tolerance: float) -> list[dict[str, Any]]:
+    """Regressions (empty: none) of the services both runs hold."""
+    regressions = []
+    before = _index(then)
+    for where, service in _index(now).items():
+        old = before.get(where)
+        if old is None:
+            continue
+        point, old_point = _point(service), _point(old)
+        if point is None or old_point is None:
+            continue
+        for figure in (*HIGHER, *LOWER):
+            a, b = old_point["median"].get(figure), point["median"].get(figure)
+            if a is None or b is None:
+                continue
+            noise = max(point["spread"].get(figure, 0.0), old_point["spread"].get(figure, 0.0))
+            allowed = max(tolerance * abs(a), noise)
+            worse = (a - b) if figure in HIGHER else (b - a)
+            if worse > allowed:
+                regressions.append(_regression(where, figure, a, b, allowed))
+        old_kept = kept_memory(old)
+        for device, kept in kept_memory(service).items():
+            if device in old_kept:
+                allowed = max(tolerance * abs(old_kept[device]), KEPT_MEMORY_FLOOR_MIB)
+                if kept - old_kept[device] > allowed:
+                    regressions.append(
+                        _regression(
+                            where, f"kept memory {device} (MiB)", old_kept[device], kept, allowed
+                        )
+                    )
+    return regressions
+
+
+def _regression(
+    where: tuple[str, str], figure: str, then: float, now: float, allowed: float
+) -> dict[str, Any]:
+    return {
+        "host": where[0],
+        "service": where[1],
+        "figure": figure,
+        "baseline": round(then, 3),
+        "now": round(now, 3),
+        "allowed": round(allowed, 3),
+        "text": f"{where[0]}/{where[1]}: {figure} {then:.3g} -> {now:.3g} "
+        f"(worse by more than {allowed:.3g})",
+    }
+
+
+def outliers(run: dict[str, Any], share: float = OUTLIER_SHARE) -> list[dict[str, Any]]:
+    """Hosts whose request throughput is more than `share` below the median of the hosts
+    running the same service with the same key."""
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for service in run["services"]:
+        point = _point(service)
+        value = point["median"].get("request_throughput") if point else None
+        if value is not None:
+            group = json.dumps([service["service"], service["key"]], sort_keys=True)
+            groups.setdefault(group, []).append((service["host"], float(value)))
+    found = []
+    for group, values in groups.items():
+        if len(values) < 2:
+            continue
+        middle = statistics.median(v for _, v in values)
+        for host, value in values:
+            if value < (1 - share) * middle:
+                found.append({"host": host, "service": json.loads(group)[0],
+                              "request_throughput": value, "fleet_median": middle})  # fmt: skip
+    return found

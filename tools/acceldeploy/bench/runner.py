@@ -1,0 +1,278 @@
+"""Runs a bench profile on every selected service of a fleet over SSH: ships the driver and
+its plan to the host, streams its events into the live table, fetches the results back and
+turns them into the run directory (summary, CSV, plots, HTML)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import tarfile
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acceldeploy.bench import dataset, driver, report, series, summary
+from acceldeploy.bench.profiles import Profile
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.hostplan import HostPlan
+from acceldeploy.render import Launch
+from acceldeploy.unit import ServiceUnit
+from acceldeploy.verify.runner import connection
+
+REMOTE_ROOT = "/var/tmp/acceldeploy-bench"
+SETTLE_SECONDS = 3.0
+IDLE_SECONDS = 4.0
+EXCLUDED = ("images", "dataset.json", "dataset.template.json", "driver.py")
+
+
+@dataclass
+class Target:
+    host: str
+    hostvars: dict[str, Any]
+    plan: HostPlan
+    unit: ServiceUnit
+    launch: Launch
+    profile: Profile
+    state: dict[str, Any] = field(default_factory=dict)
+    # what the host really serves: the running vLLM's argv and the unit's plain Environment=
+    deployed: dict[str, list[str]] | None = None
+
+    @property
+    def service(self) -> str:
+        return self.unit.name
+
+
+# The running vLLM's argv (its /proc cmdline, after the launcher's exec) and the unit's
+# Environment= (secrets live in its EnvironmentFile, which this does not show).
+DEPLOYED = (
+    "pid=$(systemctl show -p MainPID --value {unit}); "
+    "[ \"$pid\" != 0 ] && tr '\\0' '\\n' < /proc/$pid/cmdline; echo @@env; "
+    "systemctl show -p Environment --value {unit}"
+)
+
+
+def read_deployed(target: Target, timeout: float) -> None:
+    """Sets target.deployed from the host (left None when the host cannot say)."""
+    conn = connection(target.host, target.hostvars, timeout)
+    try:
+        unit = shlex.quote(f"{target.service}.service")
+        out = conn.run(DEPLOYED.format(unit=unit), hide=True, warn=True, timeout=timeout).stdout
+    except Exception:
+        return
+    finally:
+        conn.close()
+    argv, _, env = out.partition("@@env\n")
+    if argv.strip():
+        target.deployed = {"argv": argv.split("\n")[:-1], "env": sorted(shlex.split(env))}
+
+
+def read_all_deployed(targets: list[Target], timeout: float) -> None:
+    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+        list(pool.map(lambda t: read_deployed(t, timeout), targets))
+
+
+def without_address(argv: list[str]) -> list[str]:
+    """The argv without --host/--port and their values: where a service listens is not part
+    of what it is (hosts of one fleet may use different ports)."""
+    kept: list[str] = []
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in ("--host", "--port"):
+            skip = True
+        elif not token.startswith(("--host=", "--port=")):
+            kept.append(token)
+    return kept
+
+
+def run_key(target: Target) -> dict[str, Any]:
+    """What must match for two runs to be compared: the service, model, stack, argv and plain
+    env as deployed (the inventory's plan when the host cannot say), profile and seed."""
+    unit, launch = target.unit, target.launch
+    served = target.deployed or {
+        "argv": list(launch.argv),
+        "env": sorted(f"{k}={v}" for k, v in launch.env.items()),
+    }
+    served = {**served, "argv": without_address(served["argv"])}
+    argv = json.dumps([served["argv"], served["env"]])
+    profile = json.dumps(target.profile.to_dict(), sort_keys=True)
+    return {
+        "service": unit.name,
+        "model_path": launch.model_path,
+        "platform": target.plan.platform.name,
+        "vllm_version": target.plan.platform.vllm_version,
+        "argv": served["argv"],
+        "env": served["env"],
+        "argv_sha256": hashlib.sha256(argv.encode()).hexdigest()[:16],
+        "profile": target.profile.name,
+        "profile_sha256": hashlib.sha256(profile.encode()).hexdigest()[:16],
+        "seed": target.profile.seed,
+    }
+
+
+def driver_plan(target: Target, remote: str, restart: bool) -> dict[str, Any]:
+    unit, platform = target.unit, target.plan.platform
+    cpu = platform.name == "cpu"
+    return {
+        "run_dir": remote,
+        "unit": f"{unit.name}.service",
+        "base_url": unit.base_url,
+        "served_model_name": unit.name,
+        "tokenizer": target.launch.model_path,
+        "label": f"{target.host}-{unit.name}",
+        "profile": target.profile.to_dict(),
+        "dataset_file": f"{remote}/dataset.json",
+        "memory_source": "process_tree" if cpu else "smi",
+        "memory_command": series.MEMORY_COMMANDS.get(platform.name, []),
+        "sample_interval": target.profile.sample_interval,
+        "settle": SETTLE_SECONDS,
+        "idle_seconds": IDLE_SECONDS,
+        "restart": restart,
+        "start_timeout": unit.start_timeout,
+        "dev_mode": target.launch.env.get("VLLM_SERVER_DEV_MODE") == "1",
+        "api_key_file": unit.secret_path,
+        "hf_endpoint": target.hostvars.get("model_weights_hf_endpoint") or "",
+    }
+
+
+def _upload(conn: Any, local: Path, remote: str) -> None:
+    for path in sorted(local.rglob("*")):
+        relative = path.relative_to(local).as_posix()
+        if path.is_dir():
+            conn.run(f"mkdir -p {shlex.quote(f'{remote}/{relative}')}", hide=True)
+        else:
+            conn.put(str(path), f"{remote}/{relative}")
+
+
+def _fetch(conn: Any, remote: str, local: Path) -> None:
+    excludes = " ".join(f"--exclude=./{shlex.quote(x)}" for x in EXCLUDED)
+    archive = f"{remote}.tar.gz"
+    conn.run(f"tar -C {shlex.quote(remote)} {excludes} -czf {shlex.quote(archive)} .", hide=True)
+    local.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        conn.get(archive, f"{tmp}/run.tar.gz")
+        with tarfile.open(f"{tmp}/run.tar.gz") as tar:
+            tar.extractall(local, filter="data")
+    conn.run(f"rm -f {shlex.quote(archive)}", hide=True)
+
+
+class EventStream:
+    """File-like sink for the driver's stdout: `@@bench` lines update the target's state."""
+
+    def __init__(self, target: Target, changed: Callable[[], None]) -> None:
+        self.target, self.changed, self.buffer = target, changed, ""
+        self.lines: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.buffer += text
+        while "\n" in self.buffer:
+            line, self.buffer = self.buffer.split("\n", 1)
+            self.lines.append(line)
+            if line.startswith(driver.EVENT):
+                self.target.state.update(json.loads(line[len(driver.EVENT) :]))
+                self.changed()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def run_target(
+    target: Target,
+    run_id: str,
+    out: Path,
+    restart: bool,
+    changed: Callable[[], None],
+    timeout: float,
+) -> dict[str, Any]:
+    remote = f"{REMOTE_ROOT}/{run_id}/{target.service}"
+    local = out / target.host / target.service
+    conn = connection(target.host, target.hostvars, timeout)
+    python = target.unit.argcheck_python
+    if not python:
+        raise AcceldeployError(
+            f"{target.host}/{target.service}: bench runs vLLM's client from the host's serving "
+            f"env; platform {target.plan.platform.name} has none on the host (container)"
+        )
+    try:
+        conn.run(f"install -d -m 0700 {shlex.quote(remote)}", hide=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            staging = Path(tmp)
+            if target.profile.dataset == "images":
+                dataset.write(target.profile, staging)
+            elif target.profile.dataset == "sharegpt" and target.profile.dataset_path:
+                (staging / "dataset.json").write_bytes(
+                    Path(target.profile.dataset_path).read_bytes()
+                )
+            (staging / "driver.py").write_text(Path(driver.__file__).read_text())
+            plan = driver_plan(target, remote, restart)
+            (staging / "plan.json").write_text(json.dumps(plan, indent=1))
+            _upload(conn, staging, remote)
+        env = f"HF_ENDPOINT={shlex.quote(plan['hf_endpoint'])} " if plan["hf_endpoint"] else ""
+        stream = EventStream(target, changed)
+        command = f"{env}{shlex.quote(python)} {remote}/driver.py {remote}/plan.json"
+        result = conn.run(command, hide=True, warn=True, out_stream=stream, err_stream=stream)
+        _fetch(conn, remote, local)
+        conn.run(f"rm -rf {shlex.quote(remote)}", hide=True)
+        if result.exited != 0:
+            tail = "\n".join(stream.lines[-15:])
+            raise AcceldeployError(
+                f"{target.host}/{target.service}: the bench driver failed (exit "
+                f"{result.exited}); {local}/vllm-bench.log has vLLM's output. Last lines:\n{tail}"
+            )
+    finally:
+        conn.close()
+    meta = {
+        "host": target.host,
+        "service": target.service,
+        "platform": target.plan.platform.name,
+        "devices": target.launch.devices,
+        "key": run_key(target),
+        "dev_mode": plan["dev_mode"],
+    }
+    found = summary.service_summary(local, meta)
+    samples = series.load_samples(local / "samples.jsonl", meta["platform"], meta["devices"])
+    report.render_service(samples, found, local)
+    return found
+
+
+def run_all(
+    targets: list[Target],
+    run_id: str,
+    out: Path,
+    restart: bool,
+    serial: bool,
+    changed: Callable[[], None],
+    timeout: float,
+) -> list[dict[str, Any]]:
+    """Hosts in parallel (one at a time with `serial`); a host's services one after another.
+    A failing target is recorded (state error) and the others go on."""
+    by_host: dict[str, list[Target]] = {}
+    for target in targets:
+        by_host.setdefault(target.host, []).append(target)
+    lock = threading.Lock()
+    results: list[dict[str, Any]] = []
+
+    def host_job(host_targets: list[Target]) -> None:
+        for target in host_targets:
+            try:
+                found = run_target(target, run_id, out, restart, changed, timeout)
+            except Exception as exc:
+                target.state.update({"event": "error", "error": str(exc)})
+                changed()
+                continue
+            target.state.update({"event": "summarised", "verdict": found["verdict"]["state"]})
+            changed()
+            with lock:
+                results.append(found)
+
+    with ThreadPoolExecutor(max_workers=1 if serial else max(1, len(by_host))) as pool:
+        list(pool.map(host_job, by_host.values()))
+    order = {(t.host, t.service): i for i, t in enumerate(targets)}
+    return sorted(results, key=lambda r: order[(r["host"], r["service"])])

@@ -1,0 +1,93 @@
+"""The driver's samples as numbers: memory per device (MiB) and vLLM's metrics over time,
+each sample tagged with its phase. Raw smi text is parsed here, with the same parsers verify
+and the runtime roles use (runtimes/smi.py, tested on recorded real output)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acceldeploy.runtimes.smi import parse_hl_smi, parse_npu_smi_info
+
+# What the driver runs to read memory, per platform (cpu reads /proc itself).
+MEMORY_COMMANDS = {"ascend": ["npu-smi", "info"], "gaudi": ["hl-smi"]}
+CPU_DEVICE = "process tree (PSS)"
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float
+    phase: str
+    memory_mib: dict[str, float]  # device -> MiB
+    metrics: dict[str, float]
+
+
+def device_memory(platform: str, devices: list[int], raw: dict[str, Any]) -> dict[str, float]:
+    """One reading -> {device: MiB}: the service's devices on Ascend / Gaudi, its process
+    tree's PSS on cpu."""
+    if platform == "ascend":
+        chips = parse_npu_smi_info(raw.get("raw", "")).chips
+        return {f"npu{c.npu}": float(c.hbm_used_mb) for c in chips
+                if c.npu in devices and c.hbm_used_mb is not None}  # fmt: skip
+    if platform == "gaudi":
+        found = parse_hl_smi(raw.get("raw", "")).devices
+        return {f"hpu{d.index}": float(d.memory_used_mib) for d in found
+                if d.index in devices and d.memory_used_mib is not None}  # fmt: skip
+    return {CPU_DEVICE: float(raw["pss_mib"])} if "pss_mib" in raw else {}
+
+
+def load_samples(path: Path, platform: str, devices: list[int]) -> list[Sample]:
+    samples = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        samples.append(
+            Sample(
+                t=float(row["t"]),
+                phase=str(row["phase"]),
+                memory_mib=device_memory(platform, devices, row.get("memory") or {}),
+                metrics={k: float(v) for k, v in (row.get("metrics") or {}).items()},
+            )
+        )
+    return samples
+
+
+def phases_in_order(samples: Iterable[Sample]) -> list[str]:
+    seen: list[str] = []
+    for sample in samples:
+        if sample.phase not in seen:
+            seen.append(sample.phase)
+    return seen
+
+
+def phase_memory(samples: list[Sample], phase: str, device: str) -> float | None:
+    """The median reading of `device` during `phase` (None when the phase has none)."""
+    values = [s.memory_mib[device] for s in samples if s.phase == phase and device in s.memory_mib]
+    return statistics.median(values) if values else None
+
+
+def devices_of(samples: list[Sample]) -> list[str]:
+    return sorted({d for s in samples for d in s.memory_mib})
+
+
+def counter_delta(samples: list[Sample], phase: str, key: str) -> float | None:
+    """How much a counter rose across `phase` (first to last sample)."""
+    values = [s.metrics[key] for s in samples if s.phase == phase and key in s.metrics]
+    return values[-1] - values[0] if len(values) >= 2 else None
+
+
+def phase_span(samples: list[Sample], start: str, end: str, key: str) -> float | None:
+    """A counter's rise from the last sample before `start` ends to the first of `end`."""
+    before = [s.metrics[key] for s in samples if s.phase == start and key in s.metrics]
+    after = [s.metrics[key] for s in samples if s.phase == end and key in s.metrics]
+    return after[0] - before[-1] if before and after else None
+
+
+def peak(samples: list[Sample], key: str) -> float | None:
+    values = [s.metrics[key] for s in samples if key in s.metrics]
+    return max(values) if values else None

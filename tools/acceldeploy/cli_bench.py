@@ -1,0 +1,183 @@
+"""bench.py: vLLM's own benchmark on every selected service of a fleet, with memory and
+vLLM's metrics through every phase, a leak-or-cache verdict, plots and baselines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from acceldeploy.argtypes import OneLineParser, bounded
+from acceldeploy.bench import baseline, profiles, report
+from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.hostplan import host_plan
+from acceldeploy.inventory import hosts_vars
+
+SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "bench-summary.schema.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="bench.py", description=__doc__)
+    parser.add_argument("-i", "--inventory", required=True)
+    parser.add_argument("--limit", default="all", help="an Ansible host pattern")
+    parser.add_argument("--service", action="append", default=[], help="only these (repeatable)")
+    parser.add_argument("--profile", required=True, help="smoke, image_reuse, random-mm, ...")
+    parser.add_argument("--baseline", type=Path, help="an earlier run dir to compare with")
+    parser.add_argument(
+        "--force", action="store_true", help="compare with a baseline of another key"
+    )
+    parser.add_argument(
+        "--tolerance", type=bounded(float, 0, 1), default=baseline.DEFAULT_TOLERANCE,
+        help="share of a baseline figure a run may lose before it is a regression",
+    )  # fmt: skip
+    parser.add_argument("--restart", action="store_true", help="restart each service first")
+    parser.add_argument("--serial", action="store_true", help="one host at a time")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="runs go here")
+    parser.add_argument("--timeout", type=bounded(float, 0, 3600, above=True), default=60.0)
+    return parser
+
+
+def select(args: argparse.Namespace) -> list[Target]:
+    """Every (host, service) to bench, with its profile: all input checked, no host contacted."""
+    found = hosts_vars(args.inventory, args.limit)
+    if not found:
+        raise AcceldeployError(f"no hosts in {args.inventory} match --limit {args.limit}")
+    base = Path(args.inventory).resolve().parent
+    targets, names = [], set()
+    for host, hv in found.items():
+        profile = profiles.pick(hv.get(profiles.VAR), args.profile, base)
+        plan = host_plan(hv)
+        for unit, launch in zip(plan.units(), plan.launches(), strict=True):
+            names.add(unit.name)
+            if not args.service or unit.name in args.service:
+                targets.append(Target(host, hv, plan, unit, launch, profile))
+    unknown = sorted(set(args.service) - names)
+    if unknown:
+        raise AcceldeployError(
+            f"--service {unknown[0]}: no such service on the selected hosts "
+            f"(known: {', '.join(sorted(names)) or 'none'})"
+        )
+    if not targets:
+        raise AcceldeployError("no services to bench on the selected hosts (acceldeploy_services)")
+    return targets
+
+
+def live_table(targets: list[Target]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="bench")
+    for column in ("host", "service", "phase", "round", "req/s", "p99 TTFT ms", "state"):
+        table.add_column(column)
+    for t in targets:
+        s = t.state
+        table.add_row(
+            t.host, t.service, str(s.get("phase", "")),
+            f"{s.get('round', '')}" + (f" @ {s.get('rate')}" if s.get("rate") else ""),
+            _fmt(s.get("throughput")), _fmt(s.get("p99_ttft_ms")),
+            str(s.get("verdict") or s.get("error") or s.get("event", "starting"))[:80],
+        )  # fmt: skip
+    return table
+
+
+def _fmt(value: Any) -> str:
+    return "" if value is None else f"{float(value):.3g}"
+
+
+def run_document(
+    run_id: str, args: argparse.Namespace, targets: list[Target], services: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "run": run_id,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "inventory": str(args.inventory),
+        "profile": targets[0].profile.to_dict(),
+        "services": services,
+        "errors": [
+            {"host": t.host, "service": t.service, "error": t.state["error"]}
+            for t in targets
+            if t.state.get("event") == "error"
+        ],
+        "baseline": None if args.baseline is None else str(args.baseline),
+        "regressions": [],
+        "outliers": baseline.outliers({"services": services}),
+    }
+
+
+def sla_line(service: dict[str, Any]) -> str:
+    sla = service["sla"]
+    limits = ", ".join(f"{k} <= {v:g} ms" for k, v in sla["limits_ms"].items())
+    tried = ", ".join(f"{rate}{'' if met else ' (missed)'}" for rate, met in sla["tried"])
+    best = sla["best_rate"]
+    found = "none of the rates tried" if best is None else f"{best} req/s"
+    where = f"{service['host']}/{service['service']}"
+    return f"{where}: highest rate meeting {limits}: {found} (tried {tried})"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        targets = select(args)
+        then = baseline.load(args.baseline) if args.baseline else None
+        read_all_deployed(targets, args.timeout)
+        if then is not None and not args.force:
+            baseline.check_keys(then, {(t.host, t.service): run_key(t) for t in targets})
+    except AcceldeployError as exc:
+        print(f"bench.py: error: {exc}", file=sys.stderr)
+        return 2
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{args.profile}"
+    out = args.out / run_id
+    out.mkdir(parents=True, exist_ok=True)
+    from rich.live import Live
+
+    lock = threading.Lock()
+    with Live(live_table(targets), refresh_per_second=2, transient=False) as live:
+
+        def changed() -> None:
+            with lock:
+                live.update(live_table(targets))
+
+        services = run_all(targets, run_id, out, args.restart, args.serial, changed, args.timeout)
+    print()
+    run = run_document(run_id, args, targets, services)
+    if then is not None:
+        run["regressions"] = baseline.compare(run, then, args.tolerance)
+    jsonschema.validate(run, json.loads(SCHEMA.read_text()))
+    (out / "summary.json").write_text(json.dumps(run, indent=1))
+    report.write_html(run, out)
+    for error in run["errors"]:
+        print(f"bench.py: {error['host']}/{error['service']}: {error['error']}", file=sys.stderr)
+    for service in services:
+        for device in service["verdict"]["devices"]:
+            print(f"{service['host']}/{service['service']}: {device['state']}: {device['reason']}")
+    for service in services:
+        if service["sla"]:
+            print(sla_line(service))
+    for regression in run["regressions"]:
+        print(f"regression: {regression['text']}")
+    for outlier in run["outliers"]:
+        where = f"{outlier['host']}/{outlier['service']}"
+        print(
+            f"outlier: {where}: {outlier['request_throughput']:.3g} req/s, "
+            f"fleet median {outlier['fleet_median']:.3g}"
+        )
+    print(f"results: {out} (summary.json, report.html)")
+    bad = (
+        run["errors"]
+        or run["regressions"]
+        or any(s["verdict"]["state"] == "growing" for s in services)
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
