@@ -92,13 +92,18 @@ def service_spec(inventory: Path, host: str, **changes: Any) -> list[dict[str, A
     return [spec]
 
 
+def both_at_once(hosts: dict[str, Any]) -> dict[str, Any]:
+    return {"vllm_service_serial": len(hosts)}
+
+
 @pytest.fixture(scope="module")
 def converged(inventory: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     # What serve needs on every host, from the stages before it: the venv and the model.
     for stage in ("playbooks/runtime.yml", "playbooks/models.yml"):
         ready = run_playbook(stage, inventory, timeout=1500)
         assert ready.ok, ready.output
-    run = run_playbook(PLAYBOOK, inventory, timeout=1500)
+    # Both hosts at once: the rollout order is test_bad_flag_on_last_host's subject.
+    run = run_playbook(PLAYBOOK, inventory, both_at_once(hosts), timeout=1500)
     assert run.ok, run.output
     return {"run": run, "pids": {h: show(v, "MainPID") for h, v in hosts.items()}}
 
@@ -204,7 +209,7 @@ def test_bad_flag_on_last_host_stops_the_rollout_there(converged, inventory, hos
     assert show(hosts[last], "NRestarts") == restarts
     assert show(hosts[last], "ActiveState") == "failed"
 
-    fixed = run_playbook(PLAYBOOK, inventory, timeout=1200)
+    fixed = run_playbook(PLAYBOOK, inventory, both_at_once(hosts), timeout=1200)
     assert fixed.ok, fixed.output
     for host, hostvars in hosts.items():
         assert serving(hostvars, port_of(inventory, host))
