@@ -247,25 +247,32 @@ def bench_argv(plan: dict[str, Any], rate: float, result_dir: Path, run: int) ->
     return argv
 
 
-def rate_dir(run_dir: Path, rate: float) -> Path:
+def rate_dir(run_dir: Path, rate: float, prefix: str = "BENCH") -> Path:
     """vLLM's sweep layout (`vllm bench sweep plot` reads DIR/**/summary.json)."""
-    return run_dir / f"BENCH-request_rate={'inf' if rate == INF else f'{rate:g}'}"
+    return run_dir / f"{prefix}-request_rate={'inf' if rate == INF else f'{rate:g}'}"
 
 
 def run_point(
-    plan: dict[str, Any], sampler: Sampler, rate: float, rounds: int, log: Any
+    plan: dict[str, Any],
+    sampler: Sampler,
+    rate: float,
+    rounds: int,
+    log: Any,
+    kind: str = "round",
+    prefix: str = "BENCH",
 ) -> list[dict[str, Any]]:
-    """`rounds` identical runs at one rate; an idle settle after each marks its memory."""
+    """`rounds` identical runs at one rate; an idle settle after each marks its memory. The
+    phases are "<kind> N @ RATE" and "after <kind> N @ RATE" (the verdict reads "round")."""
     from vllm.benchmarks import serve
 
-    out = rate_dir(Path(plan["run_dir"]), rate)
+    out = rate_dir(Path(plan["run_dir"]), rate, prefix)
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for number in range(rounds):
         parser = serve_parser(serve)
         args = parser.parse_args(bench_argv(plan, rate, out, number))
         label = "inf" if rate == INF else f"{rate:g}"
-        mark(sampler, f"round {number + 1} @ {label}", 0)
+        mark(sampler, f"{kind} {number + 1} @ {label}", 0)
         started = time.time()
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             result = serve.main(args)
@@ -276,7 +283,7 @@ def run_point(
             p99_ttft_ms=result.get("p99_ttft_ms"),
         )  # fmt: skip
         results.append({**result, "run_number": number, "request_rate": label})
-        mark(sampler, f"after round {number + 1} @ {label}", plan["settle"])
+        mark(sampler, f"after {kind} {number + 1} @ {label}", plan["settle"])
     (out / "summary.json").write_text(json.dumps(results, indent=2))
     return results
 
@@ -341,7 +348,7 @@ def main(plan_path: str) -> int:
             if sweep:
 
                 def attempt(rate: float) -> bool:
-                    (result,) = run_point(plan, sampler, rate, 1, log)
+                    (result,) = run_point(plan, sampler, rate, 1, log, kind="sla point")
                     return sla_met(result, profile["sla_ms"])
 
                 best, tried = sla_search(
@@ -354,6 +361,9 @@ def main(plan_path: str) -> int:
                 }
                 (run_dir / "sla.json").write_text(json.dumps(found))
                 emit("sla", **found)
+                if best is not None and profile["rounds"] > 1:
+                    # identical rounds at the rate found: the memory verdict for it
+                    run_point(plan, sampler, best, profile["rounds"], log, prefix="ROUNDS")
             else:
                 rate = INF if profile["request_rate"] is None else float(profile["request_rate"])
                 run_point(plan, sampler, rate, profile["rounds"], log)

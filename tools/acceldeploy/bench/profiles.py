@@ -184,7 +184,7 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
         raise AcceldeployError(
             f"{_where(name, 'image_sizes')} must be a list of [width, height] pairs, got {sizes!r}"
         )
-    sla = _durations(raw.get("sla"), name, "sla", _sla_keys())
+    sla = _durations(raw.get("sla"), name, "sla", sla_keys())
     sweep = _sweep(raw.get("sweep"), name, bool(sla))
     rate = _number(raw, name, "request_rate", float, 0, above=True)
     return Profile(
@@ -209,7 +209,7 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
     )
 
 
-def _sla_keys() -> tuple[str, ...]:
+def sla_keys() -> tuple[str, ...]:
     return tuple(f"{stat}_{metric}" for stat in SLA_STATS for metric in SLA_METRICS)
 
 

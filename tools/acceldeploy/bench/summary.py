@@ -56,6 +56,12 @@ def _hit_rate(samples: list[Sample], start: str, end: str, kind: str) -> float |
     return round(hits / queries, 4)
 
 
+def _rise(samples: list[Sample], key: str) -> float | None:
+    """A counter's rise over the whole run."""
+    values = [s.metrics[key] for s in samples if key in s.metrics]
+    return values[-1] - values[0] if values else None
+
+
 def metrics_summary(samples: list[Sample], phases: list[str]) -> dict[str, Any]:
     rounds = []
     for start, end in _round_phases(phases):
@@ -72,6 +78,7 @@ def metrics_summary(samples: list[Sample], phases: list[str]) -> dict[str, Any]:
         "kv_cache_usage_max": series.peak(samples, "kv_cache_usage"),
         "running_max": series.peak(samples, "running"),
         "waiting_max": series.peak(samples, "waiting"),
+        "preemptions": _rise(samples, "preemptions"),
         "scraped": any(s.metrics for s in samples),
     }
 
@@ -113,9 +120,7 @@ def service_summary(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     sla_file = run_dir / "sla.json"
     sla = json.loads(sla_file.read_text()) if sla_file.exists() else None
     after = [end for _, end in _round_phases(phases)]
-    judged = [] if sla else [
-        verdict.judge(samples, device, meta["platform"], after) for device in memory
-    ]  # fmt: skip
+    judged = [verdict.judge(samples, device, meta["platform"], after) for device in memory]
     growing = [v for v in judged if v.state == "growing"]
     state = (
         "growing" if growing
