@@ -1,0 +1,256 @@
+"""tune.py: seed 002's loop on one service, by itself. Each point of a grid of service keys
+runs on the real service (a runtime drop-in, restart, the bench profile with an SLA rate
+search, memory and metrics); the planner skips points that cannot start; the best point that
+meets the SLA and a memory headroom is proposed as an inventory snippet. The service is put
+back on its deployed flags at the end, on failure and on Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from acceldeploy.argtypes import OneLineParser, bounded
+from acceldeploy.bench import profiles
+from acceldeploy.bench.profiles import Profile, Sweep
+from acceldeploy.bench.runner import Target, read_deployed, run_target
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.hostplan import host_plan
+from acceldeploy.inventory import hosts_vars
+from acceldeploy.tune import dropin, space
+from acceldeploy.tune.search import Candidate, evaluate, load_state, search, winner
+from acceldeploy.verify.runner import connection
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="tune.py", description=__doc__)
+    parser.add_argument("-i", "--inventory", required=True)
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--service", required=True)
+    parser.add_argument("--profile", required=True, help="a bench profile (tools/bench.py)")
+    parser.add_argument("--space", required=True, help="'max_num_seqs=4,8 kv_cache_space_gib=1,2'")
+    parser.add_argument("--sla", required=True, help="'p99_ttft<=2s,p99_tpot<=100ms'")
+    parser.add_argument("--headroom-mib", type=bounded(float, 0), default=2048.0)
+    parser.add_argument("--max-minutes", type=bounded(float, 0, above=True), default=60.0)
+    parser.add_argument("--out", type=Path, default=Path("tune-results"))
+    parser.add_argument("--resume", type=Path, help="continue the search in this directory")
+    parser.add_argument("--timeout", type=bounded(float, 0, 3600, above=True), default=60.0)
+    return parser
+
+
+@dataclasses.dataclass
+class Setup:
+    host: str
+    hostvars: dict[str, Any]
+    spec: dict[str, Any]
+    profile: Profile
+    candidates: list[Candidate]
+    settings: dict[str, Any]
+
+
+def setup(args: argparse.Namespace) -> Setup:
+    """Everything checked and planned; no host contacted."""
+    found = hosts_vars(args.inventory, args.host)
+    if list(found) != [args.host]:
+        raise AcceldeployError(f"--host {args.host}: not a host of {args.inventory}")
+    hv = found[args.host]
+    specs = hv.get("acceldeploy_services") or []
+    spec = next((s for s in specs if s.get("name") == args.service), None)
+    if spec is None:
+        names = ", ".join(str(s.get("name")) for s in specs) or "none"
+        raise AcceldeployError(f"--service {args.service}: not on {args.host} (has {names})")
+    platform = host_plan(hv).platform.name
+    axes = space.parse_space(args.space, platform)
+    sla = space.parse_sla(args.sla)
+    base = Path(args.inventory).resolve().parent
+    profile = profiles.pick(hv.get(profiles.VAR), args.profile, base)
+    profile = dataclasses.replace(profile, sla_ms=sla, sweep=profile.sweep or Sweep())
+    candidates = [plan_point(hv, specs, args.service, point) for point in space.points(axes)]
+    settings = {
+        "host": args.host, "service": args.service, "profile": profile.to_dict(),
+        "space": args.space, "sla_ms": sla, "headroom_mib": args.headroom_mib,
+    }  # fmt: skip
+    return Setup(args.host, hv, spec, profile, candidates, settings)
+
+
+def plan_point(
+    hv: dict[str, Any], specs: list[dict[str, Any]], name: str, point: dict[str, Any]
+) -> Candidate:
+    """The planner's answer for one point: its unit, or why it cannot start."""
+    changed = [space.apply(s, point) if s.get("name") == name else s for s in specs]
+    point_hv = {**hv, "acceldeploy_services": changed}
+    candidate = Candidate(point, hostvars=point_hv)
+    try:
+        plan = host_plan(point_hv)
+        for unit, launch in zip(plan.units(), plan.launches(), strict=True):
+            if unit.name == name:
+                candidate.unit, candidate.launch, candidate.plan = unit, launch, plan
+    except AcceldeployError as exc:
+        candidate.reason = str(exc)
+    return candidate
+
+
+def total_memory_mib(conn: Any, platform: Any) -> float | None:
+    """The memory the headroom is kept from: a device's on accelerators, the host's on cpu."""
+    if platform.device_memory_bytes:
+        return float(platform.device_memory_bytes) / 2**20
+    out = conn.run("awk '/^MemTotal:/ {print $2}' /proc/meminfo", hide=True, warn=True).stdout
+    return float(out) / 1024 if out.strip() else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = setup(args)
+        out = args.resume or args.out / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.service}"
+        state = load_state(out) if args.resume else None
+        if args.resume and state is None:
+            raise AcceldeployError(f"--resume {args.resume}: no tune.json there")
+        if state is not None and state["settings"] != config.settings:
+            changed = sorted(
+                k for k in config.settings if state["settings"].get(k) != config.settings[k]
+            )
+            raise AcceldeployError(
+                f"--resume {out}: the search was started with other {', '.join(changed)}"
+            )
+    except AcceldeployError as exc:
+        print(f"tune.py: error: {exc}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    state = state or {"settings": config.settings, "points": []}
+    return run(args, config, out, state)
+
+
+def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any]) -> int:
+    conn = connection(config.host, config.hostvars, args.timeout)
+    platform = host_plan(config.hostvars).platform
+    deployed_unit = next(u for u in host_plan(config.hostvars).units() if u.name == args.service)
+    before = dropin.fingerprint(conn, deployed_unit)
+    total = total_memory_mib(conn, platform)
+
+    def measure(candidate: Candidate) -> dict[str, Any]:
+        started = dropin.apply(conn, candidate.unit, candidate.label)
+        if not started.ok:
+            reason = " | ".join(started.journal[-6:])
+            return {"status": "failed to start", "ready_seconds": started.seconds,
+                    "reason": reason, "journal": started.journal}  # fmt: skip
+        target = Target(config.host, candidate.hostvars, candidate.plan, candidate.unit,
+                        candidate.launch, config.profile)  # fmt: skip
+        read_deployed(target, args.timeout)
+        summary = run_target(target, out.name, out / "points" / slug(candidate.label),
+                             False, lambda: None, args.timeout)  # fmt: skip
+        return {"status": "measured", "ready_seconds": started.seconds,
+                **evaluate(summary, args.headroom_mib, total)}  # fmt: skip
+
+    interrupted = False
+    try:
+        search(config.candidates, state, out, measure, args.max_minutes, print)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        restored = dropin.remove(conn, args.service)
+        after = dropin.fingerprint(conn, deployed_unit)
+        state["restored"] = {"healthy": restored.ok, "identical": after == before,
+                             "before": before, "after": after}  # fmt: skip
+        (out / "tune.json").write_text(json.dumps(state, indent=1))
+        conn.close()
+    report(state, out, config)
+    if interrupted:
+        print(f"tune.py: interrupted; {args.service} is back on its deployed flags. "
+              f"--resume {out} continues.", file=sys.stderr)  # fmt: skip
+        return 130
+    if not (state["restored"]["healthy"] and state["restored"]["identical"]):
+        print(f"tune.py: {args.service} was not restored as it was: {state['restored']}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0 if winner(state["points"]) else 1
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "=._-" else "_" for c in text)
+
+
+def snippet(config: Setup, best: dict[str, Any]) -> str:
+    """The winner as the service's inventory entry (the keys the axes set)."""
+    entry = space.apply(config.spec, best["point"])
+    return yaml.safe_dump({"acceldeploy_services": [entry]}, sort_keys=False)
+
+
+def report(state: dict[str, Any], out: Path, config: Setup) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = state["points"]
+    where = f"{config.host}/{config.settings['service']}"
+    table = Table(title=f"tune {where} (SLA {config.settings['sla_ms']} ms)")
+    columns = ("point", "status", "ready s", "ready MiB", "peak MiB", "kept MiB", "best rate",
+               "req/s", "p99 TTFT", "p99 TPOT", "verdict", "passes")  # fmt: skip
+    for column in columns:
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r["label"], r["status"] + (f": {r['reason'][:60]}" if r.get("reason") else ""),
+            *(_fmt(r.get(k)) for k in ("ready_seconds", "memory_ready_mib", "peak_mib",
+                                       "kept_mib", "best_rate", "throughput", "p99_ttft_ms",
+                                       "p99_tpot_ms")),
+            str(r.get("verdict", "")), "yes" if r.get("passes") else "no",
+        )  # fmt: skip
+    Console(width=200).print(table)
+    best = winner(rows)
+    state["winner"] = best and best["label"]
+    (out / "tune.json").write_text(json.dumps(state, indent=1))
+    measured = [r for r in rows if r["status"] == "measured" and r.get("throughput") is not None]
+    if measured:
+        plot_pareto(measured, best, out / "pareto.png")
+    if best:
+        text = snippet(config, best)
+        (out / "winner.yml").write_text(text)
+        print(f"winner: {best['label']} ({_fmt(best['throughput'])} req/s at rate "
+              f"{best['best_rate']}, peak {_fmt(best['peak_mib'])} MiB)\n{text}")  # fmt: skip
+    else:
+        print("winner: none of the points met the SLA within the headroom")
+    print(f"results: {out} (tune.json, pareto.png, winner.yml)")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def plot_pareto(rows: list[dict[str, Any]], best: dict[str, Any] | None, path: Path) -> None:
+    """Throughput against p99 TTFT, peak memory as colour; the winner ringed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    points = ax.scatter(
+        [r["throughput"] for r in rows], [r["p99_ttft_ms"] or 0.0 for r in rows],
+        c=[r["peak_mib"] or 0.0 for r in rows], cmap="viridis", s=80,
+    )  # fmt: skip
+    for r in rows:
+        ax.annotate(r["label"], (r["throughput"], r["p99_ttft_ms"] or 0.0), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
+    if best:
+        ax.scatter([best["throughput"]], [best["p99_ttft_ms"]], s=260, facecolors="none",
+                   edgecolors="red", linewidths=2, label="winner")  # fmt: skip
+        ax.legend(fontsize=8)
+    fig.colorbar(points, ax=ax, label="peak memory MiB")
+    ax.set_xlabel("requests/s at the highest rate meeting the SLA")
+    ax.set_ylabel("p99 TTFT ms")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
