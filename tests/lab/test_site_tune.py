@@ -1,9 +1,10 @@
 """tools/tune.py on lab1's served qwen3-vl (after test_site.py), with real vLLM 0.12.0: a
-grid of max_num_seqs x the CPU KV cache space x max_model_len, where the planner refuses the
-points whose max_model_len the model cannot take and the others run on the real service;
-the table has every point, the winner is the best passing one, the Pareto plot is a real
-image, and afterwards the unit file, the launcher and the running argv are byte-identical and
-/health answers. Bad input fails before any restart."""
+grid of max_num_seqs x max_model_len, where the planner refuses the points whose
+max_model_len the model cannot take and the others run on the real service; the table has
+every point, the winner is the best passing one, the Pareto plot is a real image, --apply
+changes only the winner's keys in the vars file, and afterwards the unit file, the launcher
+and the running argv are byte-identical and /health answers. Bad input fails before any
+restart."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.e2e
 
 HOST = "lab1"
 SERVICE = "qwen3-vl"
-SPACE = "max_num_seqs=1,4 kv_cache_space_gib=1,2 max_model_len=2048,100000"
+SPACE = "max_num_seqs=1,4 max_model_len=2048,100000"
 SLA = "p99_ttft<=1500ms"
 PROFILE = {"dataset": "images", "prompts": 8, "output_len": 8, "rounds": 2,
            "sweep": {"start_rate": 4, "max_rate": 8, "bisect_steps": 0}}  # fmt: skip
@@ -70,13 +71,15 @@ def test_bad_input_fails_before_any_restart(inventory):
 
 def test_grid_on_the_real_service_leaves_it_as_it_was(inventory, tmp_path):
     before = fingerprint()
+    vars_file = inventory.parent / "group_vars/all.yml"
+    original = vars_file.read_text()
     proc = tune("--space", SPACE, "--sla", SLA, "--headroom-mib", "512", "--out",
-                str(tmp_path), inventory=inventory)  # fmt: skip
+                str(tmp_path), "--apply", inventory=inventory)  # fmt: skip
     print(proc.stdout[-4000:])
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     state = json.loads((run / "tune.json").read_text())
     rows = {r["label"]: r for r in state["points"]}
-    assert len(rows) == 8
+    assert len(rows) == 4
     refused = [r for r in rows.values() if r["point"]["max_model_len"] == 100000]
     assert all(r["status"] == "does not fit" and "max_model_len" in r["reason"] for r in refused)
     measured = [r for r in rows.values() if r["point"]["max_model_len"] == 2048]
@@ -92,8 +95,15 @@ def test_grid_on_the_real_service_leaves_it_as_it_was(inventory, tmp_path):
         snippet = yaml.safe_load((run / "winner.yml").read_text())
         (entry,) = snippet["acceldeploy_services"]
         assert entry["extra_args"]["max-num-seqs"] == best["point"]["max_num_seqs"]
+        # --apply: the winner's keys, and nothing else, in the file that defines the services
+        (applied,) = yaml.safe_load(vars_file.read_text())["acceldeploy_services"]
+        (was,) = yaml.safe_load(original)["acceldeploy_services"]
+        assert applied == {**was, "extra_args": {"max-num-seqs": best["point"]["max_num_seqs"]},
+                           "max_model_len": 2048}  # fmt: skip
+        assert "--- " in proc.stdout and "+      max-num-seqs:" in proc.stdout
     else:
         assert proc.returncode == 1 and state["winner"] is None
+        assert vars_file.read_text() == original
     from PIL import Image
 
     with Image.open(run / "pareto.png") as image:

@@ -147,3 +147,31 @@ def test_a_miss_at_the_lowest_rate_prunes_the_rest_of_the_inner_axis():
     other = Candidate({"max_num_seqs": 4, "kv_cache_space_gib": 2})
     assert "missed the SLA at its lowest rate" in pruned_by(later, rows, "kv_cache_space_gib")
     assert pruned_by(other, rows, "kv_cache_space_gib") is None
+
+
+def test_apply_changes_only_the_winners_keys_and_keeps_comments(tmp_path):
+    from acceldeploy.tune import apply
+
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all: {hosts: {lab1: {}}}\n")
+    (tmp_path / "group_vars").mkdir()
+    source = (ROOT / "inventory/lab/group_vars/all.yml").read_text()
+    (tmp_path / "group_vars/all.yml").write_text(source)
+    path = apply.defining_file(inventory, "lab1", ["ungrouped", "all"])
+    assert path == tmp_path / "group_vars/all.yml"
+    after = apply.apply_point(source, "qwen3-vl", {"max_num_seqs": 4, "kv_cache_space_gib": 2})
+    added = [line for line in apply.diff(source, after, path).splitlines()
+             if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]  # fmt: skip
+    assert added == [
+        "+    extra_args:",
+        "+      max-num-seqs: 4",
+        "+      VLLM_CPU_KVCACHE_SPACE: '2'",
+    ]
+    assert [line for line in source.splitlines() if line.startswith("#")] == [
+        line for line in after.splitlines() if line.startswith("#")
+    ]
+    assert (
+        apply.apply_point(after, "qwen3-vl", {"max_num_seqs": 4, "kv_cache_space_gib": 2}) == after
+    )
+    with pytest.raises(AcceldeployError, match="no service named other"):
+        apply.apply_point(source, "other", {"max_num_seqs": 4})

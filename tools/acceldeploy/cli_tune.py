@@ -24,7 +24,7 @@ from acceldeploy.bench.runner import Target, read_deployed, run_target
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import host_plan
 from acceldeploy.inventory import hosts_vars
-from acceldeploy.tune import dropin, space
+from acceldeploy.tune import apply, dropin, space
 from acceldeploy.tune.search import Candidate, evaluate, load_state, search, winner
 from acceldeploy.verify.runner import connection
 
@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-minutes", type=bounded(float, 0, above=True), default=60.0)
     parser.add_argument("--out", type=Path, default=Path("tune-results"))
     parser.add_argument("--resume", type=Path, help="continue the search in this directory")
+    parser.add_argument(
+        "--apply", action="store_true", help="write the winner into the vars file (diff shown)"
+    )
     parser.add_argument("--timeout", type=bounded(float, 0, 3600, above=True), default=60.0)
     return parser
 
@@ -162,6 +165,9 @@ def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any
         (out / "tune.json").write_text(json.dumps(state, indent=1))
         conn.close()
     report(state, out, config)
+    best = winner(state["points"])
+    if args.apply and best and not interrupted:
+        write_winner(args, config, best)
     if interrupted:
         print(f"tune.py: interrupted; {args.service} is back on its deployed flags. "
               f"--resume {out} continues.", file=sys.stderr)  # fmt: skip
@@ -171,6 +177,15 @@ def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any
               file=sys.stderr)  # fmt: skip
         return 1
     return 0 if winner(state["points"]) else 1
+
+
+def write_winner(args: argparse.Namespace, config: Setup, best: dict[str, Any]) -> None:
+    groups = [*config.hostvars.get("group_names", []), "all"]
+    path = apply.defining_file(Path(args.inventory), config.host, groups)
+    before = path.read_text()
+    after = apply.apply_point(before, args.service, best["point"])
+    print(apply.diff(before, after, path) or f"{path}: already the winner's keys")
+    path.write_text(after)
 
 
 def slug(text: str) -> str:

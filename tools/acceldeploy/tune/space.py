@@ -105,21 +105,25 @@ def points(axes: list[tuple[Axis, list[Any]]]) -> list[dict[str, Any]]:
     ]
 
 
-def apply(spec: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
-    """The service spec with the point's values set where each axis lands."""
-    out = {
-        **spec,
-        "extra_args": dict(spec.get("extra_args") or {}),
-        "env": dict(spec.get("env") or {}),
-    }
+def landings(point: dict[str, Any]) -> list[tuple[str | None, str, Any]]:
+    """(section or None for the service's own key, key, value) per axis of a point."""
+    out: list[tuple[str | None, str, Any]] = []
     for name, value in point.items():
         axis = AXES[name]
         if axis.place == "key":
-            out[axis.target] = value
-        elif axis.place == "extra_args":
-            out["extra_args"][axis.target] = value
+            out.append((None, axis.target, value))
         else:
-            out["env"][axis.target] = str(value)
+            out.append((axis.place, axis.target, str(value) if axis.place == "env" else value))
+    return out
+
+
+def apply(spec: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
+    """The service spec with the point's values set where each axis lands."""
+    out = {**spec}
+    out["extra_args"] = dict(spec.get("extra_args") or {})
+    out["env"] = dict(spec.get("env") or {})
+    for section, key, value in landings(point):
+        (out if section is None else out[section])[key] = value
     return out
 
 
