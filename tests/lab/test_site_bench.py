@@ -24,6 +24,7 @@ pytestmark = pytest.mark.e2e
 HOSTS = ("lab1", "lab2")
 SCHEMA = json.loads((ROOT / "schemas/bench-summary.schema.json").read_text())
 LEAK_DIR = "/opt/acceldeploy-leak"
+LAB_TOLERANCE = ("--tolerance", "0.35")
 # A real leak inside the real vLLM API server: vLLM's --middleware loads it.
 LEAK = """
 KEPT = []
@@ -183,9 +184,11 @@ def test_leaking_degraded_service_is_growing_refused_as_another_argv_and_regress
         "lab1",
         f"install -d -m 0755 {LEAK_DIR} && cat > {LEAK_DIR}/acceldeploy_leak.py <<'EOF'{LEAK}EOF",
     )
-    # the healthy service against its own healthy baseline: no regression
+    # the healthy service against its own healthy baseline: no regression. The lab's hosts
+    # share two cores: its figures move up to ~1/3 between runs (median TPOT 9.6 -> 12.8 ms
+    # measured), so both comparisons here allow that; the degraded service is far beyond it.
     code, output, _ = bench("--profile", "smoke", "--limit", "lab1", "--baseline", str(smoke),
-                            out=out / "again")  # fmt: skip
+                            *LAB_TOLERANCE, out=out / "again")  # fmt: skip
     assert code == 0 and "regression:" not in output, output[-3000:]
     group = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
     (spec,) = group["acceldeploy_services"]
@@ -199,7 +202,7 @@ def test_leaking_degraded_service_is_growing_refused_as_another_argv_and_regress
                                   out=out / "degraded")  # fmt: skip
         assert code == 2 and "another setup" in output and "--max-num-seqs" in output, output
         code, output, run = bench("--profile", "smoke", "--limit", "lab1", "--baseline", str(smoke),
-                                  "--force", out=out / "degraded")  # fmt: skip
+                                  "--force", *LAB_TOLERANCE, out=out / "degraded")  # fmt: skip
         assert code == 1 and run is not None, output[-4000:]
         assert "lab1/qwen3-vl: growing: process tree (PSS) grew" in output, output[-3000:]
         summary = json.loads((run / "summary.json").read_text())

@@ -1,5 +1,6 @@
 """A run against its baseline: like with like (the key must match), and a regression is a
-change in the bad direction beyond max(tolerance, the spread measured across rounds)."""
+change in the bad direction beyond max(tolerance, the spreads measured across the rounds of
+both runs)."""
 
 from __future__ import annotations
 
@@ -112,7 +113,8 @@ def compare(now: dict[str, Any], then: dict[str, Any], tolerance: float) -> list
             a, b = old_point["median"].get(figure), point["median"].get(figure)
             if a is None or b is None:
                 continue
-            noise = max(point["spread"].get(figure, 0.0), old_point["spread"].get(figure, 0.0))
+            # each median may sit anywhere within its run's half-range: the two together
+            noise = point["spread"].get(figure, 0.0) + old_point["spread"].get(figure, 0.0)
             allowed = max(tolerance * abs(a), noise)
             worse = (a - b) if figure in HIGHER else (b - a)
             if worse > allowed:
