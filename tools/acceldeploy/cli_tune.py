@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--service", required=True)
     parser.add_argument("--profile", required=True, help="a bench profile (tools/bench.py)")
     parser.add_argument("--space", required=True, help="'max_num_seqs=4,8 kv_cache_space_gib=1,2'")
-    parser.add_argument("--sla", required=True, help="'p99_ttft<=2s,p99_tpot<=100ms'")
+    parser.add_argument(
+        "--sla", required=True, help="'p99_ttft<=2s,p99_tpot<=100ms' (replaces the profile's)"
+    )
     parser.add_argument("--headroom-mib", type=bounded(float, 0), default=2048.0)
     parser.add_argument("--max-minutes", type=bounded(float, 0, above=True), default=60.0)
     parser.add_argument("--out", type=Path, default=Path("tune-results"))
@@ -73,8 +75,11 @@ def setup(args: argparse.Namespace) -> Setup:
     axes = space.parse_space(args.space, platform)
     sla = space.parse_sla(args.sla)
     base = Path(args.inventory).resolve().parent
-    profile = profiles.pick(hv.get(profiles.VAR), args.profile, base)
-    profile = dataclasses.replace(profile, sla_ms=sla, sweep=profile.sweep or Sweep())
+    # --sla takes the place of the profile's own (its sweep settings, when set, are kept)
+    given = dict(hv.get(profiles.VAR) or {})
+    given[args.profile] = {**given.get(args.profile, {}), "sla": sla}
+    profile = profiles.pick(given, args.profile, base)
+    profile = dataclasses.replace(profile, sweep=profile.sweep or Sweep())
     candidates = [plan_point(hv, specs, args.service, point) for point in space.points(axes)]
     settings = {
         "host": args.host, "service": args.service, "profile": profile.to_dict(),
@@ -133,6 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any]) -> int:
     conn = connection(config.host, config.hostvars, args.timeout)
+    try:
+        conn.open()
+    except Exception as exc:
+        print(f"tune.py: error: cannot reach {config.host}: {exc}", file=sys.stderr)
+        return 2
     platform = host_plan(config.hostvars).platform
     deployed_unit = next(u for u in host_plan(config.hostvars).units() if u.name == args.service)
     before = dropin.fingerprint(conn, deployed_unit)
