@@ -153,6 +153,8 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.plan, self.out, self.phase = plan, out, "client start"
         self.halt = threading.Event()
+        # set by mark(): every phase gets a sample at its start, however short it is
+        self.wake = threading.Event()
 
     def sample(self) -> dict[str, Any]:
         row: dict[str, Any] = {"t": time.time(), "phase": self.phase}
@@ -169,14 +171,16 @@ class Sampler(threading.Thread):
                 started = time.monotonic()
                 f.write(json.dumps(self.sample()) + "\n")
                 f.flush()
-                self.halt.wait(
+                self.wake.wait(
                     max(0.0, self.plan["sample_interval"] - (time.monotonic() - started))
                 )
+                self.wake.clear()
 
 
 def mark(sampler: Sampler, phase: str, settle: float) -> None:
     """Enter `phase` and let the sampler record it for `settle` seconds."""
     sampler.phase = phase
+    sampler.wake.set()
     emit("phase", phase=phase)
     time.sleep(settle)
 
@@ -371,6 +375,7 @@ def main(plan_path: str) -> int:
                 reset_caches(plan, sampler)
     finally:
         sampler.halt.set()
+        sampler.wake.set()
         sampler.join()
     emit("done")
     return 0

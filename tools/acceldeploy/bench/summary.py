@@ -119,7 +119,7 @@ def service_summary(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     metrics = metrics_summary(samples, phases)
     sla_file = run_dir / "sla.json"
     sla = json.loads(sla_file.read_text()) if sla_file.exists() else None
-    after = [end for _, end in _round_phases(phases)]
+    after = [p for p in phases if p.startswith("after round ")]
     judged = [verdict.judge(samples, device, meta["platform"], after) for device in memory]
     growing = [v for v in judged if v.state == "growing"]
     state = (
