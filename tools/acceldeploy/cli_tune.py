@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import host_plan
 from acceldeploy.inventory import hosts_vars
 from acceldeploy.tune import apply, dropin, space
-from acceldeploy.tune.search import Candidate, evaluate, load_state, search, winner
+from acceldeploy.tune.search import Candidate, evaluate, load_state, save_state, search, winner
 from acceldeploy.verify.runner import connection
 
 
@@ -143,10 +142,10 @@ def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any
     except Exception as exc:
         print(f"tune.py: error: cannot reach {config.host}: {exc}", file=sys.stderr)
         return 2
-    platform = host_plan(config.hostvars).platform
-    deployed_unit = next(u for u in host_plan(config.hostvars).units() if u.name == args.service)
+    deployed = host_plan(config.hostvars)
+    deployed_unit = next(u for u in deployed.units() if u.name == args.service)
     before = dropin.fingerprint(conn, deployed_unit)
-    total = total_memory_mib(conn, platform)
+    total = total_memory_mib(conn, deployed.platform)
 
     def measure(candidate: Candidate) -> dict[str, Any]:
         started = dropin.apply(conn, candidate.unit, candidate.label)
@@ -172,10 +171,11 @@ def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any
         after = dropin.fingerprint(conn, deployed_unit)
         state["restored"] = {"healthy": restored.ok, "identical": after == before,
                              "before": before, "after": after}  # fmt: skip
-        (out / "tune.json").write_text(json.dumps(state, indent=1))
         conn.close()
-    report(state, out, config)
     best = winner(state["points"])
+    state["winner"] = best and best["label"]
+    save_state(out, state)
+    report(state, out, config, best)
     if args.apply and best and not interrupted:
         write_winner(args, config, best)
     if interrupted:
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any
         print(f"tune.py: {args.service} was not restored as it was: {state['restored']}",
               file=sys.stderr)  # fmt: skip
         return 1
-    return 0 if winner(state["points"]) else 1
+    return 0 if best else 1
 
 
 def write_winner(args: argparse.Namespace, config: Setup, best: dict[str, Any]) -> None:
@@ -208,7 +208,7 @@ def snippet(config: Setup, best: dict[str, Any]) -> str:
     return yaml.safe_dump({"acceldeploy_services": [entry]}, sort_keys=False)
 
 
-def report(state: dict[str, Any], out: Path, config: Setup) -> None:
+def report(state: dict[str, Any], out: Path, config: Setup, best: dict[str, Any] | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -228,9 +228,6 @@ def report(state: dict[str, Any], out: Path, config: Setup) -> None:
             str(r.get("verdict", "")), "yes" if r.get("passes") else "no",
         )  # fmt: skip
     Console(width=200).print(table)
-    best = winner(rows)
-    state["winner"] = best and best["label"]
-    (out / "tune.json").write_text(json.dumps(state, indent=1))
     measured = [r for r in rows if r["status"] == "measured" and r.get("throughput") is not None]
     if measured:
         plot_pareto(measured, best, out / "pareto.png")

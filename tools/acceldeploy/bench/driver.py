@@ -107,18 +107,16 @@ def run_cmd(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
 
 
-def unit_pids(unit: str) -> list[str]:
-    group = run_cmd("systemctl", "show", "-p", "ControlGroup", "--value", unit).strip()
-    try:
-        return Path(f"/sys/fs/cgroup{group}/cgroup.procs").read_text().split() if group else []
-    except OSError:
-        return []
-
-
 def process_tree_memory(unit: str) -> dict[str, float]:
     """The unit's processes: summed RSS and PSS (MiB), and its cgroup's memory.current."""
+    group = run_cmd("systemctl", "show", "-p", "ControlGroup", "--value", unit).strip()
+    cgroup = Path(f"/sys/fs/cgroup{group}")
+    pids: list[str] = []
+    if group:
+        with contextlib.suppress(OSError):
+            pids = (cgroup / "cgroup.procs").read_text().split()
     rss = pss = 0
-    for pid in unit_pids(unit):
+    for pid in pids:
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Rss:"):
@@ -126,9 +124,8 @@ def process_tree_memory(unit: str) -> dict[str, float]:
                 elif line.startswith("Pss:"):
                     pss += int(line.split()[1])
     data = {"rss_mib": rss / 1024, "pss_mib": pss / 1024}
-    group = run_cmd("systemctl", "show", "-p", "ControlGroup", "--value", unit).strip()
     with contextlib.suppress(OSError, ValueError):
-        data["cgroup_mib"] = int(Path(f"/sys/fs/cgroup{group}/memory.current").read_text()) / 2**20
+        data["cgroup_mib"] = int((cgroup / "memory.current").read_text()) / 2**20
     return data
 
 

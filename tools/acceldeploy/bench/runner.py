@@ -193,13 +193,13 @@ def run_target(
 ) -> dict[str, Any]:
     remote = f"{REMOTE_ROOT}/{run_id}/{target.service}"
     local = out / target.host / target.service
-    conn = connection(target.host, target.hostvars, timeout)
     python = target.unit.argcheck_python
     if not python:
         raise AcceldeployError(
             f"{target.host}/{target.service}: bench runs vLLM's client from the host's serving "
             f"env; platform {target.plan.platform.name} has none on the host (container)"
         )
+    conn = connection(target.host, target.hostvars, timeout)
     try:
         conn.run(f"install -d -m 0700 {shlex.quote(remote)}", hide=True)
         with tempfile.TemporaryDirectory() as tmp:
@@ -228,16 +228,16 @@ def run_target(
             )
     finally:
         conn.close()
+    platform = target.plan.platform.name
+    samples = series.load_samples(local / "samples.jsonl", platform, target.launch.devices)
     meta = {
         "host": target.host,
         "service": target.service,
-        "platform": target.plan.platform.name,
-        "devices": target.launch.devices,
+        "platform": platform,
         "key": run_key(target),
         "dev_mode": plan["dev_mode"],
     }
-    found = summary.service_summary(local, meta)
-    samples = series.load_samples(local / "samples.jsonl", meta["platform"], meta["devices"])
+    found = summary.service_summary(local, samples, meta)
     report.render_service(samples, found, local)
     return found
 

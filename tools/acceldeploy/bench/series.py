@@ -75,19 +75,6 @@ def devices_of(samples: list[Sample]) -> list[str]:
     return sorted({d for s in samples for d in s.memory_mib})
 
 
-def counter_delta(samples: list[Sample], phase: str, key: str) -> float | None:
-    """How much a counter rose across `phase` (first to last sample)."""
-    values = [s.metrics[key] for s in samples if s.phase == phase and key in s.metrics]
-    return values[-1] - values[0] if len(values) >= 2 else None
-
-
-def phase_span(samples: list[Sample], start: str, end: str, key: str) -> float | None:
-    """A counter's rise from the last sample before `start` ends to the first of `end`."""
-    before = [s.metrics[key] for s in samples if s.phase == start and key in s.metrics]
-    after = [s.metrics[key] for s in samples if s.phase == end and key in s.metrics]
-    return after[0] - before[-1] if before and after else None
-
-
 def peak(samples: list[Sample], key: str) -> float | None:
     values = [s.metrics[key] for s in samples if key in s.metrics]
     return max(values) if values else None

@@ -111,9 +111,8 @@ def held_by(memory: dict[str, Any], metrics: dict[str, Any], phases: list[str]) 
     return "; ".join(parts)
 
 
-def service_summary(run_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """`meta`: host, service, platform, devices, key, dev_mode (from the runner)."""
-    samples = series.load_samples(run_dir / "samples.jsonl", meta["platform"], meta["devices"])
+def service_summary(run_dir: Path, samples: list[Sample], meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta`: host, service, platform, key, dev_mode (from the runner)."""
     phases = series.phases_in_order(samples)
     memory = memory_summary(samples, phases)
     metrics = metrics_summary(samples, phases)

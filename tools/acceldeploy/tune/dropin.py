@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from acceldeploy.bench.runner import DEPLOYED
 from acceldeploy.unit import ServiceUnit, env_value, render_files
 
 RUN_DIR = "/run/acceldeploy-tune"
@@ -97,15 +98,14 @@ def remove(conn: Any, service: str) -> Started:
 
 def fingerprint(conn: Any, unit: ServiceUnit) -> dict[str, str]:
     """What must be byte-identical after tuning: the unit file, the launcher, the running
-    vLLM's argv; and no drop-in of tune's left."""
+    vLLM's argv and environment (bench's DEPLOYED); and no drop-in of tune's left."""
     name = shlex.quote(f"{unit.name}.service")
     script = (
         f"sha256sum {shlex.quote(unit.unit_path)} | cut -d' ' -f1; "
         f"sha256sum {shlex.quote(unit.launcher_path)} | cut -d' ' -f1; "
-        f"pid=$(systemctl show -p MainPID --value {name}); "
-        "tr '\\0' ' ' < /proc/$pid/cmdline; echo; "
-        f"systemctl show -p DropInPaths --value {name}"
+        f"systemctl show -p DropInPaths --value {name}; {DEPLOYED.format(unit=name)}"
     )
-    lines = conn.run(script, hide=True, warn=True).stdout.splitlines()
-    keys = ("unit_sha256", "launcher_sha256", "argv", "dropins")
-    return dict(zip(keys, (line.strip() for line in lines), strict=False))
+    out = conn.run(script, hide=True, warn=True).stdout
+    unit_sha, launcher_sha, dropins, served = [*out.split("\n", 3), "", "", ""][:4]
+    return {"unit_sha256": unit_sha, "launcher_sha256": launcher_sha, "dropins": dropins,
+            "served": served}  # fmt: skip
