@@ -1,21 +1,25 @@
 """tools/tune.py on lab1's served qwen3-vl (after test_site.py), with real vLLM 0.12.0: a
 grid of max_num_seqs x max_model_len, where the planner refuses the points whose
-max_model_len the model cannot take and the others run on the real service; the table has
-every point, the winner is the best passing one, the Pareto plot is a real image, --apply
-changes only the winner's keys in the vars file, and afterwards the unit file, the launcher
-and the running argv are byte-identical and /health answers. Bad input fails before any
-restart."""
+max_model_len the model cannot take and the others run on the real service. Ctrl-C in the
+middle leaves the service as it was; --resume finishes without re-running a finished point;
+the table has every point, the winner is the best passing one, the Pareto plot is a real
+image; --apply changes only the winner's keys in the vars file and site.yml then deploys
+them (changed, then changed=0). Bad input fails before any restart."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_run import run_playbook
 from labhost import INVENTORY, ROOT, on_host
 
 pytestmark = pytest.mark.e2e
@@ -23,17 +27,20 @@ pytestmark = pytest.mark.e2e
 HOST = "lab1"
 SERVICE = "qwen3-vl"
 SPACE = "max_num_seqs=1,4 max_model_len=2048,100000"
-SLA = "p99_ttft<=1500ms"
+SLA = "p99_ttft<=3s"
 PROFILE = {"dataset": "images", "prompts": 8, "output_len": 8, "rounds": 2,
            "sweep": {"start_rate": 4, "max_rate": 8, "bisect_steps": 0}}  # fmt: skip
 
 
+def tune_argv(inventory: Path) -> list[str]:
+    return [sys.executable, str(ROOT / "tools/tune.py"), "-i", str(inventory),
+            "--host", HOST, "--service", SERVICE, "--profile", "tune_probe"]  # fmt: skip
+
+
 def tune(*args: str, inventory: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ROOT / "tools/tune.py"), "-i", str(inventory), "--host", HOST,
-         "--service", SERVICE, "--profile", "tune_probe", *args],
-        capture_output=True, text=True, timeout=3600,
-    )  # fmt: skip
+        [*tune_argv(inventory), *args], capture_output=True, text=True, timeout=3600
+    )
 
 
 def fingerprint() -> str:
@@ -69,42 +76,71 @@ def test_bad_input_fails_before_any_restart(inventory):
     assert on_host(HOST, f"systemctl show -p MainPID --value {SERVICE}") == pid
 
 
-def test_grid_on_the_real_service_leaves_it_as_it_was(inventory, tmp_path):
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def measured_count(run_dir: Path) -> int:
+    path = run_dir / "tune.json"
+    if not path.exists():
+        return 0
+    state = json.loads(path.read_text())
+    return sum(r["status"] == "measured" for r in state["points"])
+
+
+def driver_running() -> bool:
+    return on_host(HOST, "pgrep -f '/[d]river.py' || true").strip() != ""
+
+
+def test_grid_interrupted_resumed_applied_and_deployed(inventory: Path, tmp_path: Path) -> None:
+    """Ctrl-C in the second point's bench leaves the service as it was and the driver gone;
+    --resume finishes without re-running the first point; --apply writes the winner's keys
+    only; site.yml deploys it (changed, then changed=0); the original inventory puts it back."""
     before = fingerprint()
     vars_file = inventory.parent / "group_vars/all.yml"
     original = vars_file.read_text()
-    proc = tune("--space", SPACE, "--sla", SLA, "--headroom-mib", "512", "--out",
-                str(tmp_path), "--apply", inventory=inventory)  # fmt: skip
+    base = ["--space", SPACE, "--sla", SLA, "--headroom-mib", "512"]
+    first = subprocess.Popen(
+        [*tune_argv(inventory), *base, "--out", str(tmp_path)], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: any(tmp_path.iterdir()), "the run directory")
+        (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+        wait_for(lambda: measured_count(run) == 1, "the first measured point")
+        wait_for(driver_running, "the second point's bench driver on the host")
+        first.send_signal(signal.SIGINT)
+        output, _ = first.communicate(timeout=600)
+    finally:
+        first.kill()
+    print(output[-3000:])
+    assert first.returncode == 130, output[-3000:]
+    assert f"--resume {run}" in output
+    interrupted = json.loads((run / "tune.json").read_text())
+    assert interrupted["restored"]["healthy"] and interrupted["restored"]["identical"]
+    assert fingerprint() == before and not driver_running()
+    assert on_host(HOST, "ls /var/tmp/acceldeploy-bench 2>/dev/null || true").strip() == ""
+    done = {r["label"]: r for r in interrupted["points"] if r["status"] == "measured"}
+    assert len(done) == 1
+
+    proc = tune(*base, "--resume", str(run), "--apply", inventory=inventory)
     print(proc.stdout[-4000:])
-    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     state = json.loads((run / "tune.json").read_text())
     rows = {r["label"]: r for r in state["points"]}
     assert len(rows) == 4
+    for name, row in done.items():  # not re-run: the same figures, said so
+        assert rows[name] == row and f"{name}: measured (from the earlier run)" in proc.stdout
     refused = [r for r in rows.values() if r["point"]["max_model_len"] == 100000]
     assert all(r["status"] == "does not fit" and "max_model_len" in r["reason"] for r in refused)
     measured = [r for r in rows.values() if r["point"]["max_model_len"] == 2048]
-    assert all(r["status"] in ("measured", "pruned") for r in measured), measured
-    for r in (r for r in measured if r["status"] == "measured"):
+    assert all(r["status"] == "measured" for r in measured), measured
+    for r in measured:
         assert r["ready_seconds"] > 0 and r["memory_ready_mib"] > 100 and r["peak_mib"] > 100
         assert r["verdict"] in ("bounded", "growing"), r  # rounds ran at the rate found
         assert r["passes"] == (r["best_rate"] is not None and not r["why_not"])
-    passing = [r for r in measured if r.get("passes")]
-    if passing:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        best = max(passing, key=lambda r: (r["throughput"], -r["peak_mib"]))
-        assert state["winner"] == best["label"]
-        snippet = yaml.safe_load((run / "winner.yml").read_text())
-        (entry,) = snippet["acceldeploy_services"]
-        assert entry["extra_args"]["max-num-seqs"] == best["point"]["max_num_seqs"]
-        # --apply: the winner's keys, and nothing else, in the file that defines the services
-        (applied,) = yaml.safe_load(vars_file.read_text())["acceldeploy_services"]
-        (was,) = yaml.safe_load(original)["acceldeploy_services"]
-        assert applied == {**was, "extra_args": {"max-num-seqs": best["point"]["max_num_seqs"]},
-                           "max_model_len": 2048}  # fmt: skip
-        assert "--- " in proc.stdout and "+      max-num-seqs:" in proc.stdout
-    else:
-        assert proc.returncode == 1 and state["winner"] is None
-        assert vars_file.read_text() == original
     from PIL import Image
 
     with Image.open(run / "pareto.png") as image:
@@ -113,3 +149,31 @@ def test_grid_on_the_real_service_leaves_it_as_it_was(inventory, tmp_path):
     assert fingerprint() == before
     assert on_host(HOST, f"systemctl show -p DropInPaths --value {SERVICE}").strip() == ""
     on_host(HOST, "curl -sf http://127.0.0.1:8001/health")
+
+    # the SLA (p99 TTFT <= 3 s) is one the lab meets with either max_num_seqs; which wins is
+    # timing, so the winner is checked against the table, not named
+    passing = [r for r in measured if r["passes"]]
+    assert passing and proc.returncode == 0, proc.stderr[-3000:]
+    best = max(passing, key=lambda r: (r["throughput"], -r["peak_mib"]))
+    assert state["winner"] == best["label"]
+    seqs = best["point"]["max_num_seqs"]
+    snippet = yaml.safe_load((run / "winner.yml").read_text())
+    (entry,) = snippet["acceldeploy_services"]
+    assert entry["extra_args"]["max-num-seqs"] == seqs
+    # --apply: the winner's keys, and nothing else, in the file that defines the services
+    (applied,) = yaml.safe_load(vars_file.read_text())["acceldeploy_services"]
+    (was,) = yaml.safe_load(original)["acceldeploy_services"]
+    assert applied == {**was, "extra_args": {"max-num-seqs": seqs}, "max_model_len": 2048}
+    assert "--- " in proc.stdout and "+      max-num-seqs:" in proc.stdout
+
+    try:
+        deploy = run_playbook("site.yml", inventory, limit=HOST, timeout=1800)
+        assert deploy.ok and deploy.changed(HOST) > 0, deploy.output[-6000:]
+        argv = fingerprint().rsplit("\n", 1)[-1]
+        assert f"--max-num-seqs {seqs}" in argv and "--max-model-len 2048" in argv, argv
+        again = run_playbook("site.yml", inventory, limit=HOST, timeout=1800)
+        assert again.ok and again.changed(HOST) == 0, again.output[-6000:]
+    finally:
+        back = run_playbook("site.yml", INVENTORY, limit=HOST, timeout=1800)
+    assert back.ok, back.output[-6000:]
+    assert fingerprint() == before

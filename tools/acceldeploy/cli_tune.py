@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -162,11 +163,16 @@ def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any
                 **evaluate(summary, args.headroom_mib, total)}  # fmt: skip
 
     interrupted = False
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill restores too
     try:
         search(config.candidates, state, out, measure, args.max_minutes, print)
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        # a second Ctrl-C must not cut the restore short
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print(f"restoring {args.service} on its deployed flags", flush=True)
         restored = dropin.remove(conn, args.service)
         after = dropin.fingerprint(conn, deployed_unit)
         state["restored"] = {"healthy": restored.ok, "identical": after == before,

@@ -199,6 +199,9 @@ def run_target(
             f"{target.host}/{target.service}: bench runs vLLM's client from the host's serving "
             f"env; platform {target.plan.platform.name} has none on the host (container)"
         )
+    # the run's directory goes too once its last service is done
+    run_dir = shlex.quote(f"{REMOTE_ROOT}/{run_id}")
+    cleanup = f"rm -rf {shlex.quote(remote)}; rmdir --ignore-fail-on-non-empty {run_dir}"
     conn = connection(target.host, target.hostvars, timeout)
     try:
         conn.run(f"install -d -m 0700 {shlex.quote(remote)}", hide=True)
@@ -217,9 +220,17 @@ def run_target(
         env = f"HF_ENDPOINT={shlex.quote(plan['hf_endpoint'])} " if plan["hf_endpoint"] else ""
         stream = EventStream(target, changed)
         command = f"{env}{shlex.quote(python)} {remote}/driver.py {remote}/plan.json"
-        result = conn.run(command, hide=True, warn=True, out_stream=stream, err_stream=stream)
+        try:
+            result = conn.run(command, hide=True, warn=True, out_stream=stream, err_stream=stream)
+        except BaseException:
+            # Ctrl-C here leaves the driver running on the host (no pty): stop it, clean up.
+            # '[d]river' keeps pkill from matching the shell that runs it.
+            pattern = shlex.quote(f"{remote}/[d]river.py")
+            conn.run(f"pkill -INT -f {pattern}; sleep 1; pkill -KILL -f {pattern}; {cleanup}",
+                     hide=True, warn=True)  # fmt: skip
+            raise
         _fetch(conn, remote, local)
-        conn.run(f"rm -rf {shlex.quote(remote)}", hide=True)
+        conn.run(cleanup, hide=True)
         if result.exited != 0:
             tail = "\n".join(stream.lines[-15:])
             raise AcceldeployError(
