@@ -88,6 +88,60 @@ def vllm_service_state_spec(
     return {"files": [str(f) for f in files], "units": [f"{u['name']}.service" for u in units]}
 
 
+def vllm_service_rollback_files(last_good: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The stat results of the last good units (looped over the units) -> the files to put
+    back: each such service's unit (0644) and launcher (0755)."""
+    files = []
+    for result in last_good:
+        unit = result.get("vllm_service_unit") or {}
+        if (result.get("stat") or {}).get("exists"):
+            files += [{"path": unit["unit_path"], "mode": "0644"},
+                      {"path": unit["launcher_path"], "mode": "0755"}]  # fmt: skip
+    return files
+
+
+def vllm_service_failure_report(
+    host: str,
+    failure: dict[str, Any],
+    health: list[dict[str, Any]],
+    stopped: list[dict[str, Any]],
+    switched: list[str],
+    rollback: bool,
+) -> str:
+    """Why the rollout stopped on this host and what the rollback did: the cause, the journal
+    lines that show it, the services back on their last good set (serving again or not), the
+    new ones stopped, and the hosts an earlier batch already switched."""
+    lines = [f"{failure.get('cause', 'failed')}. The rollout stops here; hosts after "
+             f"{host} are untouched."]  # fmt: skip
+    back = [r["vllm_service_unit"]["name"] for r in health if r.get("status") == 200]
+    down = [r["vllm_service_unit"]["name"] for r in health if r.get("status") != 200]
+    new = [str(r["vllm_service_rollback_name"]) for r in stopped]
+    if not rollback:
+        lines.append(f"{host} was not rolled back (vllm_service_rollback: false); the last "
+                     "good units and launchers are in vllm_service_last_good_dir.")  # fmt: skip
+    elif back or down or new:
+        if back:
+            lines.append(f"Rolled back on {host}: {', '.join(back)} serve again on the last "
+                         "good unit and launcher.")  # fmt: skip
+        if down:
+            lines.append(f"ROLLBACK FAILED on {host}: {', '.join(down)} put back on the last "
+                         "good unit and launcher but not answering /health; see "
+                         f"`journalctl -u {down[0]}`.")  # fmt: skip
+        if new:
+            lines.append(f"Stopped on {host} (new in this run, no last good set): "
+                         f"{', '.join(new)}.")  # fmt: skip
+    else:
+        lines.append(f"Nothing on {host} was changed by this run, so nothing was rolled back.")
+    others = [h for h in switched if h != host]
+    if others:
+        lines.append(f"Already switched by this run and serving the new units: "
+                     f"{', '.join(others)} (left as they are).")  # fmt: skip
+    journal = [str(line) for line in failure.get("journal") or []]
+    if journal:
+        lines.append("Journal: " + " | ".join(journal[-12:]))
+    return " ".join(lines)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -98,4 +152,6 @@ class FilterModule:
             "vllm_service_argcheck_passed": vllm_service_argcheck_passed,
             "vllm_service_secrets_digest": vllm_service_secrets_digest,
             "vllm_service_state_spec": vllm_service_state_spec,
+            "vllm_service_rollback_files": vllm_service_rollback_files,
+            "vllm_service_failure_report": vllm_service_failure_report,
         }

@@ -1,8 +1,10 @@
 """roles/vllm_service on the lab hosts (playbooks/serve.yml), with real vLLM 0.12.0 (CPU):
 converge -> served on every host; a second run changes nothing and restarts nothing; a killed
-vLLM comes back; a rollout where the last host gets a flag that fails at start-up stops there
-(earlier hosts keep serving, the crash loop stops at the start limit, the last good unit stays
-recorded) and a re-run completes; bad inputs fail before any host changes.
+vLLM comes back; a retune's restart drains the request in flight first, while the other host
+serves throughout; a rollout where the last host gets a flag that fails at start-up stops
+there (earlier hosts keep serving, the failed host rolls back to its last good unit and
+serves again; without rollback the crash loop stops at the start limit) and a re-run
+completes; bad inputs fail before any host changes.
 
 Needs the lab with the vLLM venv (python_env) and the tiny model (model_weights) on the hosts;
 ACCELDEPLOY_TEST_INVENTORY picks another lab instance.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible_run import inventory_hosts, lab_inventory, run_playbook, ssh
+from vllm_client import http
 
 from acceldeploy.hostplan import host_launches
 from acceldeploy.inventory import host_vars
@@ -28,6 +32,7 @@ pytestmark = pytest.mark.lab
 PLAYBOOK = "playbooks/serve.yml"
 NAME = "qwen3-vl"
 LAST_GOOD = "/var/lib/acceldeploy/vllm-last-good"
+DRAIN_TOKENS = 2000  # ~15 s on the lab: running when the retune's restart comes
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +179,81 @@ def test_killed_vllm_is_restarted(converged, inventory, hosts):
     assert serving(hostvars, port_of(inventory, host))
 
 
+def in_flight(port: int) -> int:
+    _, body = http(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in body.decode().splitlines()
+        if line.split("{", 1)[0] in names
+    )
+
+
+def test_retune_restart_drains_the_request_in_flight(converged, inventory, hosts, tmp_path):
+    """A retune (an env change) restarts the first host; a long completion sent once the new
+    unit is written is still running when the restart comes: the unit's ExecStop
+    (vllm-drain) waits for it, so it completes whole. The other host answers every request
+    throughout."""
+    (host, hostvars), (other, _) = list(hosts.items())[:2]
+    port, other_port = port_of(inventory, host), port_of(inventory, other)
+    old_pid = show(hostvars, "MainPID")
+    body = {"model": NAME, "prompt": "Hello", "max_tokens": DRAIN_TOKENS, "ignore_eos": True}
+    done: dict[str, Any] = {}
+    ran: dict[str, Any] = {}
+    stop = threading.Event()
+    other_answers: list[int] = []
+    retune = overlay(inventory, tmp_path,
+                     {host: {"acceldeploy_services": service_spec(inventory, host,
+                                                                  env={"RETUNE": "1"})}})  # fmt: skip
+
+    def long_request() -> None:
+        started = time.monotonic()
+        try:
+            done["status"], raw = http(f"http://127.0.0.1:{port}/v1/completions", body, 900)
+        except OSError as exc:  # the connection cut: what draining prevents
+            done["status"], raw = str(exc), b"{}"
+        done["seconds"], done["body"] = time.monotonic() - started, json.loads(raw or b"{}")
+
+    def keep_asking_the_other_host() -> None:
+        while not stop.is_set():
+            try:
+                status, _ = http(f"http://127.0.0.1:{other_port}/v1/completions",
+                                 {"model": NAME, "prompt": "Hi", "max_tokens": 2}, 60)  # fmt: skip
+            except OSError:
+                status = -1
+            other_answers.append(status)
+            time.sleep(0.5)
+
+    def playbook() -> None:
+        ran["run"] = run_playbook(PLAYBOOK, retune, timeout=900)
+
+    unit = f"/etc/systemd/system/{NAME}.service"
+    threads = [threading.Thread(target=f) for f in (playbook, keep_asking_the_other_host)]
+    for thread in threads:
+        thread.start()
+    request = threading.Thread(target=long_request)
+    try:
+        # the new unit is written a few seconds before the restart: send the request then
+        assert wait_for(lambda: "RETUNE" in on(hostvars, f"cat {unit}"), 600, 0.3)
+        request.start()
+        assert wait_for(lambda: in_flight(port) >= 1, 30, 0.2)
+    finally:
+        threads[0].join(timeout=900)
+        if request.is_alive() or request.ident:
+            request.join(timeout=900)
+        stop.set()
+        threads[1].join(timeout=120)
+    run = ran["run"]
+    assert run.ok, run.output
+    print(f"long request: {done.get('seconds', 0):.0f}s; other host: {len(other_answers)} answers")
+    assert done["status"] == 200, done
+    assert done["body"]["usage"]["completion_tokens"] == DRAIN_TOKENS
+    assert show(hostvars, "MainPID") != old_pid and "RETUNE=1" in show(hostvars, "Environment")
+    journal = on(hostvars, f"journalctl -u {NAME} -o cat --no-pager -n 400 | grep vllm-drain")
+    assert "vllm-drain: drained 1 request(s)" in journal, journal
+    assert other_answers and set(other_answers) == {200}, other_answers
+
+
 def test_bad_flag_on_last_host_stops_the_rollout_there(converged, inventory, hosts, tmp_path):
     first, last = next(iter(hosts)), list(hosts)[-1]
     good_unit = on(hosts[last], f"cat /etc/systemd/system/{NAME}.service")
@@ -196,8 +276,18 @@ def test_bad_flag_on_last_host_stops_the_rollout_there(converged, inventory, hos
     assert f"did not become ready on {last}" in run.output, run.output
     assert serving(hosts[first], port_of(inventory, first))  # restarted with ROLL=1, serving
     assert "ROLL=1" in on(hosts[first], f"systemctl show -p Environment --value {NAME}")
-    # the failed host keeps its last good unit recorded for rollback
+    # the failed host went back to its last good unit by itself and serves again; the report
+    # names it, the cause (the journal) and the host an earlier batch already switched
+    assert f"Rolled back on {last}: {NAME} serve again" in run.output, run.output
+    assert f"serving the new units: {first}" in run.output and "Journal: " in run.output
+    assert on(hosts[last], f"cat /etc/systemd/system/{NAME}.service") == good_unit
+    assert serving(hosts[last], port_of(inventory, last))
     assert on(hosts[last], f"cat {LAST_GOOD}/{NAME}.service") == good_unit
+
+    # with vllm_service_rollback: false the failed host is left as it is
+    run = run_playbook(PLAYBOOK, bad, {"vllm_service_rollback": False}, timeout=900)
+    assert not run.ok and run.failed(last) == 1, run.output
+    assert f"{last} was not rolled back" in run.output, run.output
     # the crash loop stops at the start limit (StartLimitBurst=3) and stays failed
     assert wait_for(lambda: show(hosts[last], "ActiveState") == "failed", 300, 5)
     restarts = show(hosts[last], "NRestarts")

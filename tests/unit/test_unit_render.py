@@ -61,8 +61,9 @@ StateDirectory=acceldeploy-vllm/qwen3-vl
 CacheDirectory=acceldeploy-vllm/qwen3-vl
 ExecStart=/usr/local/libexec/acceldeploy/qwen3-vl.launch
 ExecStartPost=/usr/bin/python3 /usr/local/libexec/acceldeploy/vllm-ready http://127.0.0.1:8000/health 1800
+ExecStop=/usr/bin/python3 /usr/local/libexec/acceldeploy/vllm-drain http://127.0.0.1:8000 120
 TimeoutStartSec=1800
-TimeoutStopSec=60
+TimeoutStopSec=180
 KillMode=mixed
 Restart=on-failure
 RestartSec=10
@@ -402,3 +403,97 @@ def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out
     assert "sk-secret-1" not in one
     assert one != digest([{"name": "qwen3-vl", "api_key": "sk-secret-2"}], ["qwen3-vl"])
     assert one != digest([{"name": "qwen3-vl"}], ["qwen3-vl"])
+
+
+def test_planned_stops_drain_and_hooks_run_as_root_without_blocking() -> None:
+    launch = _launch(LAB)
+    service = _build(LAB, launch).sections[1]["directives"]
+    stops = [d[1] for d in service if d[0] == "ExecStop"]
+    assert stops == [f"/usr/bin/python3 /usr/local/libexec/acceldeploy/vllm-drain "
+                     f"http://127.0.0.1:{launch.port} 120"]  # fmt: skip
+    assert ["TimeoutStopSec", "180"] in service
+    hooked = _build(LAB, launch, UnitOptions.from_vars(
+        {"drain_timeout": "30", "drain_hook": "/usr/local/bin/lb-ctl disable %N",
+         "ready_hook": "/usr/local/bin/lb-ctl enable %N"}
+    )).sections[1]["directives"]  # fmt: skip
+    assert next(d[1] for d in hooked if d[0] == "ExecStop") == "-+/usr/local/bin/lb-ctl disable %N"
+    assert [d[1] for d in hooked if d[0] == "ExecStartPost"][-1] == (
+        "-+/usr/local/bin/lb-ctl enable %N"
+    )
+    assert ["TimeoutStopSec", "90"] in hooked
+    off = _build(LAB, launch, UnitOptions(drain_timeout=0)).sections[1]["directives"]
+    assert not [d for d in off if d[0] == "ExecStop"] and ["TimeoutStopSec", "60"] in off
+    for bad, says in (({"drain_hook": "lb-ctl disable"}, "vllm_service_drain_hook must be"),
+                      ({"ready_hook": "/bin/x\n/bin/y"}, "vllm_service_ready_hook must be"),
+                      ({"drain_timeout": -1}, "vllm_service_drain_timeout must be")):  # fmt: skip
+        with pytest.raises(AcceldeployError, match=says):
+            UnitOptions.from_vars(bad)
+
+
+def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
+    """roles/vllm_service/files/vllm-drain against a real HTTP server whose /metrics shows
+    one running request for ~1.5 s: it waits that long, says so, and exits 0."""
+    import http.server
+    import threading
+    import time
+
+    started = time.monotonic()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            running = 1 if time.monotonic() - started < 1.5 else 0
+            body = (f'vllm:num_requests_running{{model_name="m"}} {running}.0\n'
+                    'vllm:num_requests_waiting{model_name="m"} 0.0\n').encode()  # fmt: skip
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    drain = Path(__file__).resolve().parents[2] / "roles/vllm_service/files/vllm-drain"
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        proc = subprocess.run([sys.executable, str(drain), url, "30"], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "MAINPID": str(os.getpid())})  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "1 request(s) in flight" in proc.stdout and "drained 1 request(s)" in proc.stdout
+        assert time.monotonic() - started >= 1.5
+        timed_out = subprocess.run([sys.executable, str(drain), url, "0"], capture_output=True,
+                                   text=True, timeout=60)  # fmt: skip
+        assert timed_out.returncode == 0
+    finally:
+        server.shutdown()
+    silent = subprocess.run([sys.executable, str(drain), "http://127.0.0.1:9", "30"],
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert silent.returncode == 0 and silent.stdout == ""
+
+
+def test_a_failed_host_report_says_the_cause_the_rollback_and_who_switched() -> None:
+    import runpy
+
+    plugin = runpy.run_path(
+        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+    )
+    files, report = plugin["vllm_service_rollback_files"], plugin["vllm_service_failure_report"]
+    unit = {"name": "qwen3-vl", "unit_path": "/etc/systemd/system/qwen3-vl.service",
+            "launcher_path": "/usr/local/libexec/acceldeploy/qwen3-vl.launch"}  # fmt: skip
+    new = {**unit, "name": "new"}
+    found = [{"vllm_service_unit": unit, "stat": {"exists": True}},
+             {"vllm_service_unit": new, "stat": {"exists": False}}]  # fmt: skip
+    assert files(found) == [{"path": unit["unit_path"], "mode": "0644"},
+                            {"path": unit["launcher_path"], "mode": "0755"}]  # fmt: skip
+    failure = {"cause": "qwen3-vl did not become ready on lab2", "journal": ["a", "OSError: x"]}
+    text = report("lab2", failure, [{"vllm_service_unit": unit, "status": 200}],
+                  [{"vllm_service_rollback_name": "new"}], ["lab1", "lab2"], True)  # fmt: skip
+    assert text.startswith("qwen3-vl did not become ready on lab2. The rollout stops here")
+    assert "Rolled back on lab2: qwen3-vl serve again" in text
+    assert "Stopped on lab2 (new in this run, no last good set): new." in text
+    assert "serving the new units: lab1 (left as they are)" in text
+    assert text.endswith("Journal: a | OSError: x")
+    down = report("lab2", failure, [{"vllm_service_unit": unit, "status": -1}], [], [], True)
+    assert "ROLLBACK FAILED on lab2: qwen3-vl" in down and "serving the new units" not in down
+    assert "lab2 was not rolled back" in report("lab2", failure, [], [], [], False)
+    assert "nothing was rolled back" in report("lab2", failure, [], [], [], True)

@@ -64,6 +64,10 @@ class UnitOptions:
     # [{device, numa, cpus}] (gaudi_runtime records module_id / numa / cpus)
     topology: tuple[Mapping[str, Any], ...] = ()
     gaudi_image: str = ""  # "": the platform's pinned image
+    # ExecStop waits up to this long for in-flight requests before a planned stop (0: no wait)
+    drain_timeout: int = 120
+    drain_hook: str = ""  # run as root before that wait (take the host out of a balancer)
+    ready_hook: str = ""  # run as root once /health answers (put it back)
 
     @classmethod
     def from_vars(cls, raw: Mapping[str, Any]) -> UnitOptions:
@@ -80,9 +84,18 @@ class UnitOptions:
             values["groups"] = tuple(str(v) for v in values["groups"])
         if "topology" in values:
             values["topology"] = tuple(dict(t) for t in values["topology"])
-        for key in ("start_timeout", "restart_sec", "start_limit_burst"):
+        for key in ("start_timeout", "restart_sec", "start_limit_burst", "drain_timeout"):
             if key in values:
                 values[key] = int(values[key])
+        for key in ("drain_hook", "ready_hook"):
+            hook = str(values.get(key, ""))
+            if hook and (not hook.startswith("/") or "\n" in hook):
+                raise AcceldeployError(
+                    f"{var_name(key)} must be one command line starting with an absolute path "
+                    f"(systemd runs it), got {hook!r}"
+                )
+        if values.get("drain_timeout", 0) < 0:
+            raise AcceldeployError(f"{var_name('drain_timeout')} must be 0 or more seconds")
         return cls(**values)
 
     @classmethod
@@ -186,6 +199,7 @@ class _Place:
     cache_dir: str
     launcher_path: str
     ready_path: str
+    drain_path: str
     secret_path: str | None
     base_url: str
     timeout: int
@@ -200,6 +214,7 @@ class _Place:
             cache_dir=render.cache_dir(name),
             launcher_path=f"{opts.launcher_dir}/{name}.launch",
             ready_path=f"{opts.launcher_dir}/vllm-ready",
+            drain_path=f"{opts.launcher_dir}/vllm-drain",
             secret_path=f"{opts.secret_dir}/{name}.env" if launch.secret_env else None,
             base_url=f"http://{_url_host(launch.host)}:{launch.port}",
             timeout=opts.start_timeout or platform.start_timeout,
@@ -265,11 +280,19 @@ def _service_directives(
         ("ExecStartPost", f"{READY_PYTHON} {place.ready_path} {place.base_url}/health "
                           f"{place.timeout}"),
     ]  # fmt: skip
+    # '-+': as root, and a failing hook does not fail the start or the stop
+    if opts.ready_hook:
+        out.append(("ExecStartPost", f"-+{opts.ready_hook}"))
+    if opts.drain_hook:
+        out.append(("ExecStop", f"-+{opts.drain_hook}"))
+    if opts.drain_timeout:
+        out.append(("ExecStop", f"{READY_PYTHON} {place.drain_path} {place.base_url} "
+                                f"{opts.drain_timeout}"))  # fmt: skip
     if platform.container:
         out.append(("ExecStopPost", docker_rm))
     out += [
         ("TimeoutStartSec", str(place.timeout)),
-        ("TimeoutStopSec", "60"),
+        ("TimeoutStopSec", str(60 + opts.drain_timeout)),
         ("KillMode", "mixed"),
         ("Restart", "on-failure"),
         ("RestartSec", str(opts.restart_sec)),
