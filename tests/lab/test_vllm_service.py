@@ -1,7 +1,7 @@
 """roles/vllm_service on the lab hosts (playbooks/serve.yml), with real vLLM 0.12.0 (CPU):
 converge -> served on every host; a second run changes nothing and restarts nothing; a killed
-vLLM comes back; a retune's restart drains the request in flight first, while the other host
-serves throughout; a rollout where the last host gets a flag that fails at start-up stops
+vLLM comes back; a retune's restart drains the requests in flight first (and runs the
+balancer hooks), while the other host serves throughout; a rollout where the last host gets a flag that fails at start-up stops
 there (earlier hosts keep serving, the failed host rolls back to its last good unit and
 serves again; without rollback the crash loop stops at the start limit) and a re-run
 completes; bad inputs fail before any host changes.
@@ -13,6 +13,7 @@ ACCELDEPLOY_TEST_INVENTORY picks another lab instance.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.lab
 PLAYBOOK = "playbooks/serve.yml"
 NAME = "qwen3-vl"
 LAST_GOOD = "/var/lib/acceldeploy/vllm-last-good"
-DRAIN_TOKENS = 2000  # ~15 s on the lab: running when the retune's restart comes
+DRAIN_TOKENS = 2000  # ~15 s on the lab
 
 
 @pytest.fixture(scope="module")
@@ -179,40 +180,41 @@ def test_killed_vllm_is_restarted(converged, inventory, hosts):
     assert serving(hostvars, port_of(inventory, host))
 
 
-def in_flight(port: int) -> int:
-    _, body = http(f"http://127.0.0.1:{port}/metrics", timeout=10)
-    names = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-    return sum(
-        int(float(line.rsplit(" ", 1)[1]))
-        for line in body.decode().splitlines()
-        if line.split("{", 1)[0] in names
-    )
-
-
-def test_retune_restart_drains_the_request_in_flight(converged, inventory, hosts, tmp_path):
-    """A retune (an env change) restarts the first host; a long completion sent once the new
-    unit is written is still running when the restart comes: the unit's ExecStop
-    (vllm-drain) waits for it, so it completes whole. The other host answers every request
-    throughout."""
+def test_retune_restart_drains_the_requests_in_flight(converged, inventory, hosts, tmp_path):
+    """A retune (an env change, and the balancer hooks) restarts the first host while two
+    clients keep long completions running on it. The drain hook marks the host drained (what
+    a balancer would watch): the clients stop sending; the unit's ExecStop (vllm-drain) waits
+    for the requests in flight, so every one completes whole; the ready hook clears the mark.
+    The other host answers every request throughout."""
     (host, hostvars), (other, _) = list(hosts.items())[:2]
     port, other_port = port_of(inventory, host), port_of(inventory, other)
     old_pid = show(hostvars, "MainPID")
+    mark = f"/run/acceldeploy-test-drained-{NAME}"
     body = {"model": NAME, "prompt": "Hello", "max_tokens": DRAIN_TOKENS, "ignore_eos": True}
-    done: dict[str, Any] = {}
-    ran: dict[str, Any] = {}
-    stop = threading.Event()
+    drained, stop = threading.Event(), threading.Event()
+    answers: list[tuple[Any, Any]] = []
     other_answers: list[int] = []
-    retune = overlay(inventory, tmp_path,
-                     {host: {"acceldeploy_services": service_spec(inventory, host,
-                                                                  env={"RETUNE": "1"})}})  # fmt: skip
+    ran: dict[str, Any] = {}
+    retune = overlay(inventory, tmp_path, {host: {
+        "acceldeploy_services": service_spec(inventory, host, env={"RETUNE": "1"}),
+        "vllm_service_drain_hook": "/usr/bin/touch /run/acceldeploy-test-drained-%N",
+        "vllm_service_ready_hook": "/usr/bin/rm -f /run/acceldeploy-test-drained-%N",
+    }})  # fmt: skip
 
-    def long_request() -> None:
-        started = time.monotonic()
-        try:
-            done["status"], raw = http(f"http://127.0.0.1:{port}/v1/completions", body, 900)
-        except OSError as exc:  # the connection cut: what draining prevents
-            done["status"], raw = str(exc), b"{}"
-        done["seconds"], done["body"] = time.monotonic() - started, json.loads(raw or b"{}")
+    def client(delay: float) -> None:
+        time.sleep(delay)
+        while not drained.is_set():
+            try:
+                status, raw = http(f"http://127.0.0.1:{port}/v1/completions", body, 900)
+            except OSError as exc:  # the connection cut: what draining prevents
+                status, raw = str(exc), b"{}"
+            answers.append((status, json.loads(raw or b"{}").get("usage", {})))
+
+    def balancer() -> None:
+        while not stop.is_set() and not drained.is_set():
+            if ssh(hostvars, f"test -e {mark}", timeout=30).returncode == 0:
+                drained.set()
+            time.sleep(0.2)
 
     def keep_asking_the_other_host() -> None:
         while not stop.is_set():
@@ -227,30 +229,29 @@ def test_retune_restart_drains_the_request_in_flight(converged, inventory, hosts
     def playbook() -> None:
         ran["run"] = run_playbook(PLAYBOOK, retune, timeout=900)
 
-    unit = f"/etc/systemd/system/{NAME}.service"
-    threads = [threading.Thread(target=f) for f in (playbook, keep_asking_the_other_host)]
+    # two clients half a request apart: one is always in the middle of a long completion
+    threads = [threading.Thread(target=client, args=(0,)), threading.Thread(target=client, args=(6,)),
+               threading.Thread(target=balancer), threading.Thread(target=keep_asking_the_other_host)]  # fmt: skip
     for thread in threads:
         thread.start()
-    request = threading.Thread(target=long_request)
     try:
-        # the new unit is written a few seconds before the restart: send the request then
-        assert wait_for(lambda: "RETUNE" in on(hostvars, f"cat {unit}"), 600, 0.3)
-        request.start()
-        assert wait_for(lambda: in_flight(port) >= 1, 30, 0.2)
+        playbook()
     finally:
-        threads[0].join(timeout=900)
-        if request.is_alive() or request.ident:
-            request.join(timeout=900)
+        drained.set()
         stop.set()
-        threads[1].join(timeout=120)
+        for thread in threads:
+            thread.join(timeout=900)
     run = ran["run"]
     assert run.ok, run.output
-    print(f"long request: {done.get('seconds', 0):.0f}s; other host: {len(other_answers)} answers")
-    assert done["status"] == 200, done
-    assert done["body"]["usage"]["completion_tokens"] == DRAIN_TOKENS
+    print(f"long completions: {len(answers)}; other host: {len(other_answers)} answers")
+    assert answers and all(status == 200 for status, _ in answers), answers
+    assert all(usage.get("completion_tokens") == DRAIN_TOKENS for _, usage in answers), answers
     assert show(hostvars, "MainPID") != old_pid and "RETUNE=1" in show(hostvars, "Environment")
     journal = on(hostvars, f"journalctl -u {NAME} -o cat --no-pager -n 400 | grep vllm-drain")
-    assert "vllm-drain: drained 1 request(s)" in journal, journal
+    print(journal)
+    found = re.findall(r"vllm-drain: drained (\d+) request\(s\)", journal)
+    assert found and int(found[-1]) >= 1, journal
+    assert ssh(hostvars, f"test -e {mark}", timeout=30).returncode != 0  # the ready hook ran
     assert other_answers and set(other_answers) == {200}, other_answers
 
 
