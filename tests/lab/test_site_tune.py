@@ -26,7 +26,11 @@ pytestmark = pytest.mark.e2e
 
 HOST = "lab1"
 SERVICE = "qwen3-vl"
-SPACE = "max_num_seqs=1,4 max_model_len=2048,100000"
+# max_num_seqs values other than the lab's deployed 4, so the applied winner is a change
+SPACE = "max_num_seqs=1,2 max_model_len=2048,100000"
+# Lenient: on two shared cores which max_num_seqs meets a tight SLA is timing (p99 TTFT of
+# 8 image chats was ~1.9 s with 4 at full rate and ~2.5 s with 1 at 4 req/s), so the test
+# checks the pass rule and the winner against the table.
 SLA = "p99_ttft<=3s"
 PROFILE = {"dataset": "images", "prompts": 8, "output_len": 8, "rounds": 2,
            "sweep": {"start_rate": 4, "max_rate": 8, "bisect_steps": 0}}  # fmt: skip
@@ -139,7 +143,8 @@ def test_grid_interrupted_resumed_applied_and_deployed(inventory: Path, tmp_path
     assert all(r["status"] == "measured" for r in measured), measured
     for r in measured:
         assert r["ready_seconds"] > 0 and r["memory_ready_mib"] > 100 and r["peak_mib"] > 100
-        assert r["verdict"] in ("bounded", "growing"), r  # rounds ran at the rate found
+        if r["best_rate"] is not None:  # identical rounds ran at the rate found
+            assert r["verdict"] in ("bounded", "growing"), r
         assert r["passes"] == (r["best_rate"] is not None and not r["why_not"])
     from PIL import Image
 
@@ -150,8 +155,6 @@ def test_grid_interrupted_resumed_applied_and_deployed(inventory: Path, tmp_path
     assert on_host(HOST, f"systemctl show -p DropInPaths --value {SERVICE}").strip() == ""
     on_host(HOST, "curl -sf http://127.0.0.1:8001/health")
 
-    # the SLA (p99 TTFT <= 3 s) is one the lab meets with either max_num_seqs; which wins is
-    # timing, so the winner is checked against the table, not named
     passing = [r for r in measured if r["passes"]]
     assert passing and proc.returncode == 0, proc.stderr[-3000:]
     best = max(passing, key=lambda r: (r["throughput"], -r["peak_mib"]))
