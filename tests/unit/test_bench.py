@@ -63,12 +63,25 @@ def test_inventory_overrides_a_field_and_adds_profiles(tmp_path):
          "acceldeploy_bench_profiles.x.sweep needs acceldeploy_bench_profiles.x.sla"),
         ("x", {"dataset": "images", "prompts": 3, "colour": "red"},
          "acceldeploy_bench_profiles.x.colour: unknown field"),
+        ("x", {"dataset": "images", "prompts": 3, "ignore_eos": "yes"},
+         "acceldeploy_bench_profiles.x.ignore_eos must be true or false, got 'yes'"),
     ],
 )  # fmt: skip
 def test_bad_profiles_name_the_variable(name, value, says):
     with pytest.raises(AcceldeployError) as err:
         profiles.pick(None if value is None else {name: value}, name)
     assert says in str(err.value)
+
+
+def test_ignore_eos_reaches_vllm_bench_serve():
+    profile = profiles.pick({"x": {"dataset": "random", "prompts": 2, "input_len": 8,
+                                   "ignore_eos": True}}, "x")  # fmt: skip
+    plan = {"profile": profile.to_dict(), "base_url": "http://127.0.0.1:8000",
+            "served_model_name": "m", "tokenizer": "/models/m", "label": "h-m"}  # fmt: skip
+    argv = driver.bench_argv(plan, driver.INF, Path("/tmp/r"), 1)
+    assert "--ignore-eos" in argv and "--random-output-len" in argv
+    plan["profile"] = {**plan["profile"], "ignore_eos": False}
+    assert "--ignore-eos" not in driver.bench_argv(plan, driver.INF, Path("/tmp/r"), 1)
 
 
 def test_durations():

@@ -124,6 +124,12 @@ def test_pass_rule_sla_headroom_preemptions_verdict():
     assert evaluate(summary(4.0), 512, 4096)["passes"]
     missed = evaluate(summary(None), 512, 4096)
     assert not missed["passes"] and missed["why_not"] == ["missed the SLA at every rate tried"]
+    slow = summary(None, verdict="not judged")
+    slow["sla"]["limits_ms"] = {"p99_ttft": 50.0, "p99_tpot": 500.0}
+    slow["points"].append({"rate": "inf", "median": {"p99_ttft_ms": 900.0}})
+    assert evaluate(slow, 512, 4096)["why_not"] == [
+        "missed the SLA at every rate tried (at 4 req/s: p99_ttft 100 ms > 50)"
+    ]
     tight = evaluate(summary(4.0, peak=3800.0), 512, 4096)
     assert tight["why_not"] == ["peak 3800 MiB leaves less than 512 MiB of 4096"]
     assert evaluate(summary(4.0, preemptions=2), 512, 4096)["why_not"] == ["2 preemptions"]
@@ -175,3 +181,18 @@ def test_apply_changes_only_the_winners_keys_and_keeps_comments(tmp_path):
     )
     with pytest.raises(AcceldeployError, match="no service named other"):
         apply.apply_point(source, "other", {"max_num_seqs": 4})
+
+
+def test_pareto_plot_shows_a_point_that_missed_at_its_lowest_rate(tmp_path):
+    from PIL import Image
+
+    from acceldeploy.cli_tune import plot_pareto
+
+    met = {"label": "max_num_seqs=8", "throughput": 1.96, "p99_ttft_ms": 417.0, "peak_mib": 2524.0}
+    missed = {"label": "max_num_seqs=1", "throughput": None, "p99_ttft_ms": None,
+              "peak_mib": 2518.0, "lowest": {"rate": "1", "throughput": 0.45, "p99_ttft_ms": 8070.0}}  # fmt: skip
+    plot_pareto([met, missed], met, 1500.0, tmp_path / "pareto.png")
+    plot_pareto([missed], None, None, tmp_path / "missed.png")  # nothing met: still a plot
+    for name in ("pareto.png", "missed.png"):
+        with Image.open(tmp_path / name) as image:
+            assert image.format == "PNG" and image.width >= 600

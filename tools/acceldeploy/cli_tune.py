@@ -234,9 +234,9 @@ def report(state: dict[str, Any], out: Path, config: Setup, best: dict[str, Any]
             str(r.get("verdict", "")), "yes" if r.get("passes") else "no",
         )  # fmt: skip
     Console(width=200).print(table)
-    measured = [r for r in rows if r["status"] == "measured" and r.get("throughput") is not None]
-    if measured:
-        plot_pareto(measured, best, out / "pareto.png")
+    measured = [r for r in rows if r["status"] == "measured"]
+    if any(r.get("throughput") is not None or r.get("lowest") for r in measured):
+        plot_pareto(measured, best, config.settings["sla_ms"].get("p99_ttft"), out / "pareto.png")
     if best:
         text = snippet(config, best)
         (out / "winner.yml").write_text(text)
@@ -253,27 +253,46 @@ def _fmt(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def plot_pareto(rows: list[dict[str, Any]], best: dict[str, Any] | None, path: Path) -> None:
-    """Throughput against p99 TTFT, peak memory as colour; the winner ringed."""
+def plot_pareto(
+    rows: list[dict[str, Any]], best: dict[str, Any] | None, sla_ttft: float | None, path: Path
+) -> None:
+    """Throughput against p99 TTFT at each point's best SLA rate, peak memory as colour, the
+    winner ringed; a point that missed the SLA at every rate is a grey cross at the lowest rate
+    tried; the SLA's p99 TTFT as a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    met = [r for r in rows if r.get("throughput") is not None]
+    missed = [r for r in rows if r.get("throughput") is None and r.get("lowest")]
     fig, ax = plt.subplots(figsize=(8, 5))
-    points = ax.scatter(
-        [r["throughput"] for r in rows], [r["p99_ttft_ms"] or 0.0 for r in rows],
-        c=[r["peak_mib"] or 0.0 for r in rows], cmap="viridis", s=80,
-    )  # fmt: skip
-    for r in rows:
+    if met:
+        points = ax.scatter(
+            [r["throughput"] for r in met], [r["p99_ttft_ms"] or 0.0 for r in met],
+            c=[r["peak_mib"] or 0.0 for r in met], cmap="viridis", s=80,
+        )  # fmt: skip
+        fig.colorbar(points, ax=ax, label="peak memory MiB")
+    for r in met:
         ax.annotate(r["label"], (r["throughput"], r["p99_ttft_ms"] or 0.0), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")  # fmt: skip
+    for r in missed:
+        at = (r["lowest"]["throughput"] or 0.0, r["lowest"]["p99_ttft_ms"] or 0.0)
+        ax.scatter(*at, marker="x", s=80, color="grey", label="missed the SLA (lowest rate)")
+        ax.annotate(f"{r['label']} @ {r['lowest']['rate']} req/s", at, fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
+    if sla_ttft:
+        ax.axhline(sla_ttft, color="grey", linestyle="--", linewidth=1,
+                   label=f"SLA p99 TTFT {sla_ttft:g} ms")  # fmt: skip
     if best:
         ax.scatter([best["throughput"]], [best["p99_ttft_ms"]], s=260, facecolors="none",
                    edgecolors="red", linewidths=2, label="winner")  # fmt: skip
-        ax.legend(fontsize=8)
-    fig.colorbar(points, ax=ax, label="peak memory MiB")
-    ax.set_xlabel("requests/s at the highest rate meeting the SLA")
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        unique = dict(zip(labels, handles, strict=True))
+        ax.legend(unique.values(), unique.keys(), fontsize=8)
+    ax.margins(x=0.3, y=0.1)  # room for the labels
+    ax.set_xlabel("requests/s at the highest rate meeting the SLA (crosses: the lowest rate tried)")
     ax.set_ylabel("p99 TTFT ms")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

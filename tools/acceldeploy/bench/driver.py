@@ -226,6 +226,8 @@ def bench_argv(plan: dict[str, Any], rate: float, result_dir: Path, run: int) ->
     ]  # fmt: skip
     if p["max_concurrency"]:
         argv += ["--max-concurrency", str(p["max_concurrency"])]
+    if p.get("ignore_eos"):
+        argv.append("--ignore-eos")
     if p["goodput_ms"]:
         argv += ["--goodput", *(f"{k}:{v:g}" for k, v in p["goodput_ms"].items())]
     dataset = p["dataset"]

@@ -42,6 +42,7 @@ class Profile:
     dataset: str
     prompts: int
     output_len: int = 16
+    ignore_eos: bool = False  # every request generates output_len tokens
     input_len: int | None = None
     request_rate: float | None = None  # None: all at once (vLLM's inf)
     max_concurrency: int | None = None
@@ -122,9 +123,9 @@ def _durations(raw: Any, name: str, key: str, allowed: tuple[str, ...]) -> dict[
 
 
 FIELDS = {
-    "dataset", "prompts", "output_len", "input_len", "request_rate", "max_concurrency",
-    "rounds", "warmups", "seed", "image_reuse", "image_sizes", "dataset_path", "hf_split",
-    "goodput", "sla", "sweep", "sample_interval",
+    "dataset", "prompts", "output_len", "ignore_eos", "input_len", "request_rate",
+    "max_concurrency", "rounds", "warmups", "seed", "image_reuse", "image_sizes", "dataset_path",
+    "hf_split", "goodput", "sla", "sweep", "sample_interval",
 }  # fmt: skip
 
 
@@ -184,6 +185,11 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
         raise AcceldeployError(
             f"{_where(name, 'image_sizes')} must be a list of [width, height] pairs, got {sizes!r}"
         )
+    ignore_eos = raw.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise AcceldeployError(
+            f"{_where(name, 'ignore_eos')} must be true or false, got {ignore_eos!r}"
+        )
     sla = _durations(raw.get("sla"), name, "sla", sla_keys())
     sweep = _sweep(raw.get("sweep"), name, bool(sla))
     rate = _number(raw, name, "request_rate", float, 0, above=True)
@@ -192,6 +198,7 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
         dataset=dataset,
         prompts=prompts,
         output_len=_number(raw, name, "output_len", int, 1) or 16,
+        ignore_eos=ignore_eos,
         input_len=_number(raw, name, "input_len", int, 1),
         request_rate=rate,
         max_concurrency=_number(raw, name, "max_concurrency", int, 1),

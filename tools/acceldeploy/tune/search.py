@@ -41,6 +41,28 @@ def rate_label(rate: Any) -> str:
     return "inf" if rate == "inf" else f"{float(rate):g}"
 
 
+def lowest_rate(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The bench point (rate, median figures) at the lowest rate tried."""
+    tried = [p for p in summary["points"] if p["rate"] != "inf"] or summary["points"]
+    return min(tried, key=lambda p: float(p["rate"]) if p["rate"] != "inf" else float("inf"),
+               default=None)  # fmt: skip
+
+
+def missed_by(summary: dict[str, Any], lowest: dict[str, Any] | None) -> str:
+    """' (at 1 req/s: p99_ttft 6210 ms > 1500)': the SLA figures at the lowest rate tried."""
+    limits = (summary["sla"] or {}).get("limits_ms") or {}
+    if not lowest or not limits:
+        return ""
+    median = lowest["median"]
+    over = [
+        f"{key} {median[f'{key}_ms']:.0f} ms > {limit:g}"
+        for key, limit in limits.items()
+        if (median.get(f"{key}_ms") or 0.0) > limit
+    ]
+    rate = "unlimited rate" if lowest["rate"] == "inf" else f"{lowest['rate']} req/s"
+    return f" (at {rate}: {', '.join(over)})" if over else ""
+
+
 def evaluate(
     summary: dict[str, Any], headroom_mib: float, total_mib: float | None
 ) -> dict[str, Any]:
@@ -70,14 +92,19 @@ def evaluate(
     }
     why_not = []
     if best is None:
-        why_not.append("missed the SLA at every rate tried")
+        lowest = lowest_rate(summary)
+        why_not.append(f"missed the SLA at every rate tried{missed_by(summary, lowest)}")
+        if lowest:  # where the plot shows a point that missed
+            row["lowest"] = {"rate": lowest["rate"],
+                             "throughput": lowest["median"].get("request_throughput"),
+                             "p99_ttft_ms": lowest["median"].get("p99_ttft_ms")}  # fmt: skip
     if total_mib is not None and peak is not None and peak > total_mib - headroom_mib:
         why_not.append(
             f"peak {peak:.0f} MiB leaves less than {headroom_mib:.0f} MiB of {total_mib:.0f}"
         )
     if row["preemptions"]:
         why_not.append(f"{row['preemptions']:.0f} preemptions")
-    if row["verdict"] != "bounded":
+    if row["verdict"] != "bounded" and best is not None:  # judged at the rate found only
         why_not.append(f"memory {row['verdict']}")
     return {**row, "passes": not why_not, "why_not": why_not}
 
