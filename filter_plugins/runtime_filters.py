@@ -98,23 +98,6 @@ def python_env_state_spec(plan: Mapping[str, Any], fact_file: str) -> dict[str, 
     return runtimes.python_env_state_spec(plain(plan), str(fact_file))
 
 
-def python_env_prunable(
-    builds: list[dict[str, Any]], current: str, previous: str, keep: int, found: dict[str, Any]
-) -> list[str]:
-    """find's builds -> the paths to remove. Kept: the current build, the one it replaced, any
-    build in use (found["in_use"]), and the `keep` newest complete others (found["complete"]:
-    their record exists) counting the replaced one; a half-built directory is never kept."""
-    in_use, complete = set(found.get("in_use") or []), set(found.get("complete") or [])
-    kept = {current, previous, *in_use}
-    others = sorted(
-        (b for b in builds if b["path"] not in kept and b["path"] in complete),
-        key=lambda b: -float(b.get("mtime") or 0),
-    )
-    room = max(0, int(keep) - (1 if previous and previous != current else 0))
-    kept |= {b["path"] for b in others[:room]}
-    return [str(b["path"]) for b in builds if b["path"] not in kept]
-
-
 def python_env_record_key(record_text: str) -> str:
     return runtimes.record_key(str(record_text))
 
@@ -160,7 +143,6 @@ class FilterModule:
             python_env_fact,
             python_env_state_spec,
             python_env_record_key,
-            python_env_prunable,
             python_env_wheel_fetch_argv,
             python_env_wheel_errors,
         )

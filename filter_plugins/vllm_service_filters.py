@@ -11,6 +11,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from acceldeploy import prune, switch, weights
+
 
 def vllm_service_secret_env(services: list[dict[str, Any]], name: str) -> str:
     """The 0600 EnvironmentFile of a service: VLLM_API_KEY=<its api_key> (use under no_log)."""
@@ -100,6 +102,83 @@ def vllm_service_rollback_files(last_good: list[dict[str, Any]]) -> list[dict[st
     return files
 
 
+def vllm_service_model_prune_spec(
+    units: list[dict[str, Any]],
+    launcher_dir: str,
+    last_good_dir: str,
+    weights_job: dict[str, Any],
+    weights_settings: dict[str, Any],
+) -> dict[str, list[str]]:
+    """The host's units and this run's model_weights job -> acceldeploy_prune's patterns
+    (every revision of each model served here; none on shared storage, where other hosts
+    serve from them), current (the revisions the units serve from now on, and every one the
+    models stage keeps here: a seed's for the hosts it feeds) and the files whose text keeps
+    a revision (the launchers and their rollback copies)."""
+    paths = [str(u["launch"]["model_path"]) for u in units]
+    held = weights.kept_dirs(weights_job, str(weights_settings["root"]))
+    shared = bool(weights_settings.get("shared_storage"))
+    return {
+        "patterns": [] if shared else prune.revision_patterns(paths),
+        "current": sorted({*paths, *held}),
+        "in_use_files": [f"{launcher_dir}/*.launch", f"{last_good_dir}/*.launch"],
+    }
+
+
+def vllm_service_switch_lines(
+    units: list[dict[str, Any]], launchers: list[dict[str, Any]]
+) -> list[str]:
+    """The changed services' units and their launchers as deployed (slurp results) -> what
+    each would switch (check mode): env build, model revision, image, flags."""
+    deployed = {
+        r["vllm_service_unit"]["name"]: base64.b64decode(r["content"]).decode(errors="replace")
+        for r in launchers
+        if r.get("content")
+    }
+    return [switch.switch_line(u["name"], deployed.get(u["name"]), u["exec_argv"]) for u in units]
+
+
+def vllm_service_set_files(units: list[dict[str, Any]]) -> list[str]:
+    """The units -> the names their unit and launcher have in vllm_service_last_good_dir."""
+    return [os.path.basename(u[k]) for u in units for k in ("unit_path", "launcher_path")]
+
+
+def vllm_service_switched_services(switched: list[Any], failed_host: str) -> list[dict[str, Any]]:
+    """The hostvars of the hosts an earlier batch switched -> each service that run restarted
+    there, with what rolling it back needs."""
+    found = []
+    for hv in switched:
+        if hv["inventory_hostname"] == failed_host:
+            continue
+        restarted = set(hv.get("vllm_service_restart") or [])
+        for unit in hv["vllm_service_units"]:
+            if unit["name"] in restarted:
+                unit_file, launcher_file = vllm_service_set_files([unit])
+                found.append({"host": hv["inventory_hostname"], "name": unit["name"],
+                              "unit_path": unit["unit_path"], "unit_file": unit_file,
+                              "launcher_path": unit["launcher_path"],
+                              "launcher_file": launcher_file,
+                              "health_url": unit["health_url"]})  # fmt: skip
+    return found
+
+
+def switched_back_line(results: list[dict[str, Any]], health: list[dict[str, Any]]) -> str:
+    """acceldeploy_rollback_all's part of the report: per host, the services serving again on
+    what this run replaced, the ones that do not, and the new ones stopped."""
+    serving = {(r["item"]["item"]["host"], r["item"]["item"]["name"])
+               for r in health if r.get("status") == 200}  # fmt: skip
+    parts = []
+    for r in results:
+        item, said = r["item"], str(r.get("stdout") or "")
+        where = f"{item['host']}: {item['name']}"
+        if "stopped" in said:
+            parts.append(f"{where} stopped (new in this run)")
+        elif (item["host"], item["name"]) in serving:
+            parts.append(f"{where} serves again on what this run replaced")
+        else:
+            parts.append(f"ROLLBACK FAILED {where} (see `journalctl -u {item['name']}` there)")
+    return "Rolled back too (acceldeploy_rollback_all): " + "; ".join(parts) + "."
+
+
 def vllm_service_failure_report(
     host: str,
     failure: dict[str, Any],
@@ -107,6 +186,8 @@ def vllm_service_failure_report(
     stopped: list[dict[str, Any]],
     switched: list[str],
     rollback: bool,
+    others_back: list[dict[str, Any]] | None = None,
+    others_health: list[dict[str, Any]] | None = None,
 ) -> str:
     """Why the rollout stopped on this host and what the rollback did: the cause, the journal
     lines that show it, the services back on their last good set (serving again or not), the
@@ -133,9 +214,13 @@ def vllm_service_failure_report(
     else:
         lines.append(f"Nothing on {host} was changed by this run, so nothing was rolled back.")
     others = [h for h in switched if h != host]
-    if others:
+    put_back = [r for r in others_back or [] if not r.get("skipped")]  # without the option
+    if put_back:
+        lines.append(switched_back_line(put_back, others_health or []))
+    elif others:
         lines.append(f"Already switched by this run and serving the new units: "
-                     f"{', '.join(others)} (left as they are).")  # fmt: skip
+                     f"{', '.join(others)} (left as they are; -e acceldeploy_rollback_all=true "
+                     "rolls them back too).")  # fmt: skip
     journal = [str(line) for line in failure.get("journal") or []]
     if journal:
         lines.append("Journal: " + " | ".join(journal[-12:]))
@@ -154,4 +239,8 @@ class FilterModule:
             "vllm_service_state_spec": vllm_service_state_spec,
             "vllm_service_rollback_files": vllm_service_rollback_files,
             "vllm_service_failure_report": vllm_service_failure_report,
+            "vllm_service_model_prune_spec": vllm_service_model_prune_spec,
+            "vllm_service_set_files": vllm_service_set_files,
+            "vllm_service_switch_lines": vllm_service_switch_lines,
+            "vllm_service_switched_services": vllm_service_switched_services,
         }

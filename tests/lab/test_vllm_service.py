@@ -1,10 +1,15 @@
 """roles/vllm_service on the lab hosts (playbooks/serve.yml), with real vLLM 0.12.0 (CPU):
 converge -> served on every host; a second run changes nothing and restarts nothing; a killed
-vLLM comes back; a retune's restart drains the requests in flight first (and runs the
-balancer hooks), while the other host serves throughout; a rollout where the last host gets a flag that fails at start-up stops
-there (earlier hosts keep serving, the failed host rolls back to its last good unit and
-serves again; without rollback the crash loop stops at the start limit) and a re-run
-completes; bad inputs fail before any host changes.
+vLLM comes back; a new model revision switches and the old one is pruned only after the new
+one serves; a retune's restart drains the requests in flight first (and runs the balancer
+hooks), while the other host serves throughout; a rollout where the last host gets a flag that
+fails at start-up stops there (the failed host rolls back to its last good unit and serves
+again; with acceldeploy_rollback_all the host an earlier batch switched goes back too, else it
+keeps serving the new unit; without rollback the crash loop stops at the start limit) and a
+re-run completes; bad inputs fail before any host changes.
+
+The tests share the converged hosts and run in this order. Each leaves them as the inventory
+says, except the retune test: its host keeps the retune until the bad-flag test's re-run.
 
 Needs the lab with the vLLM venv (python_env) and the tiny model (model_weights) on the hosts;
 ACCELDEPLOY_TEST_INVENTORY picks another lab instance.
@@ -22,7 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_run import inventory_hosts, lab_inventory, run_playbook, ssh
+from ansible_run import REPO, inventory_hosts, lab_inventory, run_playbook, ssh
 from vllm_client import http
 
 from acceldeploy.hostplan import host_launches
@@ -180,6 +185,55 @@ def test_killed_vllm_is_restarted(converged, inventory, hosts):
     assert serving(hostvars, port_of(inventory, host))
 
 
+def test_new_model_revision_switches_then_the_old_is_pruned(converged, inventory, hosts, tmp_path):
+    """The served model at its commit id instead of `main` on the host that pulls from the
+    seed: models.yml publishes the new revision beside the old, serve switches that host and,
+    only once its gate passed, removes the old revision there (vllm_service_model_keep 0).
+    The seed keeps both (it feeds the other host) and keeps serving. Back to `main`: the same
+    the other way."""
+    from huggingface_hub import HfApi
+
+    seed, host = list(hosts)[:2]
+    (spec,) = service_spec(inventory, host)
+    endpoint = host_vars(str(inventory), host)["model_weights_hf_endpoint"]
+    commit = HfApi(endpoint=endpoint).model_info(spec["model"], revision=spec["revision"]).sha
+    old, new = (f"/models/{spec['model']}@{rev}" for rev in (spec["revision"], commit))
+    switch = overlay(inventory, tmp_path, {
+        host: {"acceldeploy_services": service_spec(inventory, host, revision=commit)}})  # fmt: skip
+    stages = tmp_path / "models-and-serve.yml"
+    stages.write_text("".join(f"- name: {stage}\n  ansible.builtin.import_playbook: {REPO}/"
+                              f"playbooks/{stage}.yml\n" for stage in ("models", "serve")))  # fmt: skip
+    seed_pid = show(hosts[seed], "MainPID")
+    # --check --diff says what would switch, and changes nothing
+    preview = run_playbook(stages, switch, check=True, diff=True, timeout=900)
+    assert preview.ok, preview.output
+    (said,) = [r["msg"] for n, h, r in preview.iter_results()
+               if h == host and "would switch (check mode)" in n and "msg" in r]  # fmt: skip
+    assert said == [f"{NAME}: model {old} -> {new}"], said
+    assert on(hosts[host], f"ls -d /models/{spec['model']}@*") == old
+    back = False
+    try:
+        for target, served, gone in ((switch, new, old), (inventory, old, new)):
+            run = run_playbook(stages, target, {"vllm_service_model_keep": 0}, timeout=900)
+            assert run.ok, run.output
+            steps = [(name, result) for name, h, result in run.iter_results() if h == host]
+            gate = max(i for i, (name, _) in enumerate(steps) if "Gate |" in name)
+            (prune,) = [i for i, (name, _) in enumerate(steps) if "Prune | Model revisions" in name]
+            assert gate < prune and steps[prune][1]["removed"] == [gone], steps[prune]
+            argv = on(hosts[host], f"tr '\\0' ' ' < /proc/{show(hosts[host], 'MainPID')}/cmdline")
+            assert f" {served} " in f" {argv} ", argv
+            assert serving(hosts[host], port_of(target, host))
+            assert on(hosts[host], f"ls -d /models/{spec['model']}@*").split() == [served]
+            assert sorted(on(hosts[seed], f"ls -d {old} {new}").split()) == sorted([old, new])
+            assert show(hosts[seed], "MainPID") == seed_pid
+            back = target == inventory
+    finally:
+        if not back:  # stopped half-way: the host serves `main` again for the tests after this
+            run_playbook(stages, inventory, timeout=900)
+        # the seed fetched the commit for the other host only: not this test's to leave
+        on(hosts[seed], f"rm -rf {new}")
+
+
 def test_retune_restart_drains_the_requests_in_flight(converged, inventory, hosts, tmp_path):
     """A retune (an env change, and the balancer hooks) restarts the first host while two
     clients keep long completions running on it. The drain hook marks the host drained (what
@@ -258,6 +312,7 @@ def test_retune_restart_drains_the_requests_in_flight(converged, inventory, host
 def test_bad_flag_on_last_host_stops_the_rollout_there(converged, inventory, hosts, tmp_path):
     first, last = next(iter(hosts)), list(hosts)[-1]
     good_unit = on(hosts[last], f"cat /etc/systemd/system/{NAME}.service")
+    first_unit = on(hosts[first], f"cat /etc/systemd/system/{NAME}.service")
     # parsed fine by vLLM's parser, fails when the server loads the tokenizer
     bad = overlay(
         inventory,
@@ -271,24 +326,33 @@ def test_bad_flag_on_last_host_stops_the_rollout_there(converged, inventory, hos
             },
         },
     )
-    run = run_playbook(PLAYBOOK, bad, timeout=900)
+    # acceldeploy_rollback_all: the first host (switched by an earlier batch, with ROLL=1)
+    # goes back too, to what this run replaced there
+    run = run_playbook(PLAYBOOK, bad, {"acceldeploy_rollback_all": True}, timeout=900)
     assert not run.ok
     assert run.failed(last) == 1 and run.failed(first) == 0
     assert f"did not become ready on {last}" in run.output, run.output
-    assert serving(hosts[first], port_of(inventory, first))  # restarted with ROLL=1, serving
-    assert "ROLL=1" in on(hosts[first], f"systemctl show -p Environment --value {NAME}")
     # the failed host went back to its last good unit by itself and serves again; the report
-    # names it, the cause (the journal) and the host an earlier batch already switched
+    # names it, the cause (the journal) and the host an earlier batch had switched, back too
     assert f"Rolled back on {last}: {NAME} serve again" in run.output, run.output
-    assert f"serving the new units: {first}" in run.output and "Journal: " in run.output
+    assert (f"Rolled back too (acceldeploy_rollback_all): {first}: {NAME} serves again on what "
+            "this run replaced") in run.output and "Journal: " in run.output  # fmt: skip
     assert on(hosts[last], f"cat /etc/systemd/system/{NAME}.service") == good_unit
     assert serving(hosts[last], port_of(inventory, last))
     assert on(hosts[last], f"cat {LAST_GOOD}/{NAME}.service") == good_unit
+    assert on(hosts[first], f"cat /etc/systemd/system/{NAME}.service") == first_unit
+    assert on(hosts[first], f"cat {LAST_GOOD}/{NAME}.service") == first_unit
+    assert "ROLL=1" not in on(hosts[first], f"systemctl show -p Environment --value {NAME}")
+    assert serving(hosts[first], port_of(inventory, first))
 
-    # with vllm_service_rollback: false the failed host is left as it is
+    # with vllm_service_rollback: false the failed host is left as it is, and (by default) the
+    # host an earlier batch switched stays switched and is named
     run = run_playbook(PLAYBOOK, bad, {"vllm_service_rollback": False}, timeout=900)
     assert not run.ok and run.failed(last) == 1, run.output
     assert f"{last} was not rolled back" in run.output, run.output
+    assert f"serving the new units: {first} (left as they are" in run.output, run.output
+    assert serving(hosts[first], port_of(inventory, first))  # restarted with ROLL=1, serving
+    assert "ROLL=1" in on(hosts[first], f"systemctl show -p Environment --value {NAME}")
     # the crash loop stops at the start limit (StartLimitBurst=3) and stays failed
     assert wait_for(lambda: show(hosts[last], "ActiveState") == "failed", 300, 5)
     restarts = show(hosts[last], "NRestarts")

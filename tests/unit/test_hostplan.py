@@ -85,6 +85,21 @@ def test_the_env_path_python_env_builds_is_what_the_unit_runs():
     assert explicit.argv[0] == "/data/env/bin/vllm"
 
 
+def test_units_run_the_build_the_env_path_points_to_by_its_own_path():
+    key = "0365e84e92e997138364dad855e43d0e9cbedc64381efddf34b829db1b850c86"
+    fact = {"env": "/srv/vllm-env", "key": key, "manager": "venv"}
+    built = hostplan.plan_host(with_vars(ASCEND, python_env_manager="venv",
+                                         python_env_venv_path="/srv/vllm-env",
+                                         vllm_service_env_built=fact))[0]  # fmt: skip
+    assert built.argv[:2] == ["/srv/vllm-env-0365e84e92e9/bin/vllm", "serve"]
+    assert built.argcheck_python == "/srv/vllm-env-0365e84e92e9/bin/python"
+    # a fact of another path (the env moved in this run's inventory): the path itself
+    moved = hostplan.plan_host(with_vars(ASCEND, python_env_manager="venv",
+                                         python_env_venv_path="/data/env",
+                                         vllm_service_env_built=fact))[0]  # fmt: skip
+    assert moved.argv[0] == "/data/env/bin/vllm"
+
+
 def test_verify_reads_the_tuned_files_where_host_tuning_wrote_them(tmp_path):
     dropin, sysctl = tmp_path / "grub.cfg", tmp_path / "80-site.conf"
     dropin.write_text('GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT iommu=pt"\n')

@@ -491,9 +491,55 @@ def test_a_failed_host_report_says_the_cause_the_rollback_and_who_switched() -> 
     assert text.startswith("qwen3-vl did not become ready on lab2. The rollout stops here")
     assert "Rolled back on lab2: qwen3-vl serve again" in text
     assert "Stopped on lab2 (new in this run, no last good set): new." in text
-    assert "serving the new units: lab1 (left as they are)" in text
+    assert "serving the new units: lab1 (left as they are; -e acceldeploy_rollback_all" in text
     assert text.endswith("Journal: a | OSError: x")
     down = report("lab2", failure, [{"vllm_service_unit": unit, "status": -1}], [], [], True)
     assert "ROLLBACK FAILED on lab2: qwen3-vl" in down and "serving the new units" not in down
+    # acceldeploy_rollback_all: the switched hosts' services, put back, serving or not
+    switched = plugin["vllm_service_switched_services"](
+        [{"inventory_hostname": "lab1", "vllm_service_restart": ["qwen3-vl"],
+          "vllm_service_units": [{**unit, "health_url": "http://127.0.0.1:8001/health"}, new]},
+         {"inventory_hostname": "lab2", "vllm_service_restart": ["qwen3-vl"],
+          "vllm_service_units": [unit]}], "lab2")  # fmt: skip
+    assert switched == [{"host": "lab1", "name": "qwen3-vl", "unit_path": unit["unit_path"],
+                         "unit_file": "qwen3-vl.service", "launcher_path": unit["launcher_path"],
+                         "launcher_file": "qwen3-vl.launch",
+                         "health_url": "http://127.0.0.1:8001/health"}]  # fmt: skip
+    back = [{"item": switched[0], "stdout": "restored"},
+            {"item": {**switched[0], "host": "lab0"}, "stdout": "restored"},
+            {"item": {**switched[0], "host": "lab3"}, "stdout": "stopped"}]  # fmt: skip
+    health = [{"item": back[0], "status": 200}, {"item": back[1], "status": -1}]
+    text = report("lab2", failure, [], [], ["lab1", "lab0", "lab3"], True, back, health)
+    assert ("Rolled back too (acceldeploy_rollback_all): lab1: qwen3-vl serves again on what "
+            "this run replaced; ROLLBACK FAILED lab0: qwen3-vl") in text  # fmt: skip
+    assert "lab3: qwen3-vl stopped (new in this run)." in text and "left as they are" not in text
+    # without acceldeploy_rollback_all the loop's items come back skipped: named, left as they are
+    skipped = [{"item": switched[0], "skipped": True}]
+    text = report("lab2", failure, [], [], ["lab1"], True, skipped, [])
+    assert "Rolled back too" not in text and "lab1 (left as they are" in text
+
     assert "lab2 was not rolled back" in report("lab2", failure, [], [], [], False)
     assert "nothing was rolled back" in report("lab2", failure, [], [], [], True)
+
+
+def test_model_prune_spec_covers_the_revisions_of_the_served_models() -> None:
+    import runpy
+
+    plugin = runpy.run_path(
+        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+    )
+    units = [{"launch": {"model_path": "/models/Qwen/VL@r2"}},
+             {"launch": {"model_path": "/models/Qwen/VL@r1"}},
+             {"launch": {"model_path": "/srv/own-model"}}]  # fmt: skip
+    spec = plugin["vllm_service_model_prune_spec"]
+    # a seed host keeps the revision it feeds to others (its models job) whatever it serves
+    job = {"hub": [{"model": "Qwen/VL", "revision": "r0"}], "pull": [], "verify": []}
+    settings = {"root": "/models", "shared_storage": False}
+    assert spec(units, "/usr/libexec/a", "/var/lib/a/good", job, settings) == {
+        "patterns": ["/models/Qwen/VL@*"],
+        "current": ["/models/Qwen/VL@r0", "/models/Qwen/VL@r1", "/models/Qwen/VL@r2",
+                    "/srv/own-model"],
+        "in_use_files": ["/usr/libexec/a/*.launch", "/var/lib/a/good/*.launch"],
+    }  # fmt: skip
+    shared = spec(units, "/l", "/g", {}, {**settings, "shared_storage": True})
+    assert shared["patterns"] == []

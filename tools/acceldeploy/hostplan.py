@@ -20,7 +20,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.platforms import Platform, get_platform
 from acceldeploy.render import HostContext, Launch, render_service
 from acceldeploy.roledefaults import value
-from acceldeploy.runtimes.python_env import env_prefix
+from acceldeploy.runtimes.python_env import built_prefix, env_prefix
 from acceldeploy.service import Service, parse_services
 from acceldeploy.unit import ServiceUnit, UnitOptions, build, var_name
 
@@ -34,6 +34,7 @@ PLAN_VARS: tuple[str, ...] = (
     *(f"python_env_{key}" for key in ENV_KEYS),
     *(var_name(f.name) for f in dataclasses.fields(UnitOptions)),
     "vllm_service_gaudi_shapes",
+    "vllm_service_env_built",
 )
 
 
@@ -80,7 +81,9 @@ def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
     services = parse_services(hostvars.get("acceldeploy_services") or [], platform.name)
     context = HostContext(
         models_root=str(_set(hostvars, "acceldeploy_models_root") or DEFAULT_MODELS_ROOT),
-        env_prefix=None if platform.container else env_prefix(inputs),
+        env_prefix=None
+        if platform.container
+        else built_prefix(env_prefix(inputs), _set(hostvars, "vllm_service_env_built")),
         gaudi_shapes=dict(_set(hostvars, "vllm_service_gaudi_shapes") or {}),
     )
     return HostPlan(platform, services, context, UnitOptions.from_hostvars(hostvars))

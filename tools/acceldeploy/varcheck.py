@@ -28,6 +28,8 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
     "acceldeploy_offline": {"type": "bool"},
     # Ignore the no-op records (tools/acceldeploy/drift.py): every role checks everything.
     "acceldeploy_full_check": {"type": "bool"},
+    # serve: a failed host also rolls back the hosts an earlier batch of the run switched.
+    "acceldeploy_rollback_all": {"type": "bool"},
     # tools/bench.py and tools/tune.py: the inventory's own bench profiles (bench/profiles.py
     # checks each field); site.yml must accept an inventory that has them.
     "acceldeploy_bench_profiles": {"type": "dict"},

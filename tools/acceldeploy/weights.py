@@ -176,9 +176,14 @@ def state_spec(job: Mapping[str, Any], root: str, venv: str) -> dict[str, list[s
     """What the no-op path compares with the last converge (tools/acceldeploy/drift.py): each
     published model directory this host keeps (its files' sizes and mtimes: the fast verify's
     view) and the fetch venv's record of what it was installed from."""
+    return {"trees": kept_dirs(job, root),
+            "files": [f"{venv}/acceldeploy-requirements.txt", f"{venv}/bin/python"]}  # fmt: skip
+
+
+def kept_dirs(job: Mapping[str, Any], root: str) -> list[str]:
+    """Every published model directory this host's job keeps (downloads, pulls, verifies)."""
     specs = [*job.get("hub", []), *job.get("pull", []), *job.get("verify", [])]
-    trees = sorted({model_dir(root, s["model"], s.get("revision")) for s in specs})
-    return {"trees": trees, "files": [f"{venv}/acceldeploy-requirements.txt", f"{venv}/bin/python"]}
+    return sorted({model_dir(root, s["model"], s.get("revision")) for s in specs})
 
 
 def any_drift(states: Sequence[Mapping[str, Any]]) -> bool:

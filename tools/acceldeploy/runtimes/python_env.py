@@ -142,6 +142,22 @@ def _prefix(manager: str, entry: Mapping[str, Any], options: Mapping[str, Any]) 
     return env
 
 
+def build_dir(env: str, key: str) -> str:
+    """The directory one key's environment is built in, beside the environment's path."""
+    return f"{env.rstrip('/')}-{key[:STAGING_KEY_CHARS]}"
+
+
+def built_prefix(prefix: str | None, fact: Mapping[str, Any] | None) -> str | None:
+    """The build a host's environment path points to, from python_env's fact (``env``,
+    ``key``): units run it by that path, so a later build moving the link does not change what
+    a running service imports, and each service moves to a new build only when serve restarts
+    it. The path itself without a fact for that path (a plan made from the inventory alone)."""
+    fact = fact or {}
+    if not prefix or fact.get("env") != prefix or not fact.get("key"):
+        return prefix
+    return build_dir(prefix, str(fact["key"]))
+
+
 def env_prefix(options: Mapping[str, Any]) -> str | None:
     """The directory the Python environment lives in for python_env_plan's ``options``
     (platform, manager, venv_path, conda_root, conda_env_path, stacks_file): venv_path
@@ -460,7 +476,7 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         "constraints": build.constraints,
         "install_from": _install_from(options) if platform == "ascend" else "lock",
     }
-    build.env = f"{env.rstrip('/')}-{_key(identity)[:STAGING_KEY_CHARS]}"
+    build.env = build_dir(env, _key(identity))
     build.steps.append(
         _step(f"create the {manager}", _create_argv(manager, python, build.env, options))
     )
