@@ -27,6 +27,26 @@ def acceldeploy_host_units(plan_vars: Mapping[str, Any]) -> list[dict[str, Any]]
     return [unit.to_dict() for unit in hostplan.plan_host(values)]
 
 
+def acceldeploy_node_ips(services: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
+    """acceldeploy_services | acceldeploy_node_ips(hostvars): {node: address} of every host
+    its multi-node services name (acceldeploy_node_ip, else ansible_host)."""
+    nodes = hostplan.service_nodes(plain(services))
+    return hostplan.node_ips(nodes, {n: hostvars[n] for n in nodes if n in hostvars})
+
+
+def acceldeploy_node_view(plan_vars: Mapping[str, Any]) -> dict[str, Any]:
+    """The host's multi-node services as plain data, for acceldeploy_group_errors."""
+    values = {k: v for k, v in plain(dict(plan_vars)).items() if v is not None}
+    return hostplan.node_view(values)
+
+
+def acceldeploy_group_errors(views: Mapping[str, Any], pins: Mapping[str, Any]) -> list[str]:
+    """{host: node view} | acceldeploy_group_errors({host: python_env key}): every way the
+    nodes of a multi-node service disagree, each naming the variable."""
+    keys = {host: str(key) for host, key in plain(dict(pins)).items()}
+    return hostplan.group_errors(plain(dict(views)), keys)
+
+
 def acceldeploy_repo_path(relative: str) -> str:
     """'templates' | acceldeploy_repo_path: a path inside this repository."""
     path = (REPO / str(relative)).resolve()
@@ -82,6 +102,9 @@ class FilterModule:
         return filters(
             acceldeploy_plan_var_names,
             acceldeploy_host_units,
+            acceldeploy_node_ips,
+            acceldeploy_node_view,
+            acceldeploy_group_errors,
             acceldeploy_repo_path,
             acceldeploy_unknown_variables,
             acceldeploy_type_errors,

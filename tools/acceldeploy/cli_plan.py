@@ -11,7 +11,7 @@ from typing import Any
 from acceldeploy import catalog
 from acceldeploy.argtypes import OneLineParser, bounded
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_launches, plan_host
+from acceldeploy.hostplan import host_launches, host_plan, with_node_ips
 from acceldeploy.kvplan import (
     BUDGET_SEMANTICS,
     GIB,
@@ -150,12 +150,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_render(args: argparse.Namespace) -> int:
-    from acceldeploy.inventory import host_vars
+def _host_vars(inventory: str, host: str) -> dict[str, Any]:
+    """The host's variables, with the addresses of the nodes its multi-node services name."""
+    from acceldeploy.inventory import hosts_vars
 
+    every = hosts_vars(inventory)
+    if host not in every:
+        raise AcceldeployError(f"host {host} is not in {inventory}")
+    return with_node_ips(every)[host]
+
+
+def cmd_render(args: argparse.Namespace) -> int:
     if args.unit:
-        return _print_units(host_vars(args.inventory, args.host), args.service)
-    launches = host_launches(host_vars(args.inventory, args.host))
+        return _print_units(_host_vars(args.inventory, args.host), args.service)
+    launches = host_launches(_host_vars(args.inventory, args.host))
     if args.service:
         launches = [x for x in launches if x.name == args.service]
         if not launches:
@@ -176,7 +184,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 def _print_units(hostvars: dict[str, Any], service: str | None) -> int:
     from acceldeploy.unit import render_files
 
-    units = [u for u in plan_host(hostvars) if service in (None, u.name)]
+    plan = host_plan(hostvars)
+    units = [u for u in [*plan.units(), *plan.node_units()] if service in (None, u.name)]
     if service and not units:
         raise AcceldeployError(f"no service {service} on this host")
     for unit in units:

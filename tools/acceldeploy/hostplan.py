@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceldeploy import cluster, raynode
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.platforms import Platform, get_platform
 from acceldeploy.render import HostContext, Launch, render_service
@@ -24,6 +25,8 @@ from acceldeploy.runtimes.python_env import built_prefix, env_prefix
 from acceldeploy.service import Service, parse_services
 from acceldeploy.unit import ServiceUnit, UnitOptions, build, var_name
 
+# {hostname: address} of the hosts a multi-node service names (with_node_ips fills it)
+NODE_IPS_VAR = "vllm_service_node_ips"
 # python_env's variables that decide where the serving env lives (python_env_<key>).
 ENV_KEYS = ("manager", "venv_path", "conda_root", "conda_env_path", "stacks_file")
 DEFAULT_MODELS_ROOT = "/models"
@@ -35,6 +38,8 @@ PLAN_VARS: tuple[str, ...] = (
     *(var_name(f.name) for f in dataclasses.fields(UnitOptions)),
     "vllm_service_gaudi_shapes",
     "vllm_service_env_built",
+    "inventory_hostname",
+    NODE_IPS_VAR,
 )
 
 
@@ -46,7 +51,20 @@ class HostPlan:
     unit_options: UnitOptions
 
     def launches(self) -> list[Launch]:
-        return [render_service(s, self.platform, self.context) for s in self.services]
+        """The vLLM servers this host runs: its own services and the groups it heads."""
+        return [
+            render_service(s, self.platform, self.context)
+            for s in self.services
+            if not s.nodes or s.nodes[0] == self.context.host
+        ]
+
+    def node_units(self) -> list[ServiceUnit]:
+        """The Ray node unit of every multi-node service this host is a node of."""
+        return [
+            raynode.build_node(s, self.platform, self.context, self.unit_options)
+            for s in self.services
+            if s.nodes
+        ]
 
     def units(self) -> list[ServiceUnit]:
         root = self.context.models_root
@@ -85,8 +103,48 @@ def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
         if platform.container
         else built_prefix(env_prefix(inputs), _set(hostvars, "vllm_service_env_built")),
         gaudi_shapes=dict(_set(hostvars, "vllm_service_gaudi_shapes") or {}),
+        host=str(hostvars.get("inventory_hostname") or ""),
+        node_ips=dict(_set(hostvars, NODE_IPS_VAR) or {}),
     )
     return HostPlan(platform, services, context, UnitOptions.from_hostvars(hostvars))
+
+
+def with_node_ips(inventory: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every host's variables with the addresses of the nodes its services name (the tools
+    that read an inventory; the role computes the same with acceldeploy_node_ips)."""
+    return {
+        host: {**hostvars, NODE_IPS_VAR: node_ips(service_nodes(
+            hostvars.get("acceldeploy_services")), inventory)}
+        for host, hostvars in inventory.items()
+    }  # fmt: skip
+
+
+def node_ips(nodes: list[str], inventory: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """{node: address} of the named nodes that the inventory holds (the others are named as
+    missing by cluster.place)."""
+    return {n: cluster.node_ip(inventory[n], n) for n in nodes if n in inventory}
+
+
+def service_nodes(services: Any) -> list[str]:
+    """Every host the acceldeploy_services of a host name as nodes (unchecked input)."""
+    named: list[str] = []
+    for spec in services if isinstance(services, list) else []:
+        nodes = spec.get("nodes") if isinstance(spec, Mapping) else None
+        named += [n for n in nodes or [] if isinstance(n, str) and n not in named]
+    return named
+
+
+def node_view(hostvars: Mapping[str, Any]) -> dict[str, Any]:
+    """The host's part in check_groups (its multi-node services), from its variables."""
+    plan = host_plan(hostvars)
+    return cluster.node_view(plan.platform.name, "", plan.services)
+
+
+def group_errors(views: Mapping[str, Mapping[str, Any]], pins: Mapping[str, str]) -> list[str]:
+    """check_groups over the run's hosts; `pins`: {host: its python_env key}."""
+    return cluster.check_groups(
+        {host: {**view, "pins": pins.get(host, "")[:12]} for host, view in views.items()}
+    )
 
 
 def plan_host(hostvars: Mapping[str, Any]) -> list[ServiceUnit]:

@@ -99,7 +99,9 @@ def kv_layout(
     block_size: int,
     kv_cache_dtype: str = "auto",
     dtype: str = "auto",
+    pp: int = 1,
 ) -> KVLayout:
+    """Per rank: KV heads split by TP, layers by PP (vLLM gives a stage ceil(layers / PP))."""
     check_tensor_parallel(arch, tp)
     if block_size < 1:
         raise AcceldeployError(f"block size must be >= 1, got {block_size}")
@@ -119,7 +121,7 @@ def kv_layout(
         )
     heads = 1 if arch.is_mla else max(1, arch.num_kv_heads // tp)
     return KVLayout(
-        num_layers=arch.num_layers,
+        num_layers=-(-arch.num_layers // pp),
         kv_heads_per_rank=heads,
         head_size=arch.head_size,
         element_bytes=element_bytes,

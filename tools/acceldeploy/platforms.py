@@ -40,6 +40,11 @@ class Platform:
     default_args: dict[str, Any] = field(default_factory=dict)
     image: str = ""  # container platforms: the image that holds vLLM
     container_run_args: tuple[str, ...] = ()
+    # Multi-node: each node's own variables ({ip}: its address) and the variables that name
+    # the NIC the collectives use (cluster.node_env).
+    node_env: dict[str, str] = field(default_factory=dict)
+    interface_env: tuple[str, ...] = ()
+    ray_resource: str = "CPU"  # what Ray counts this platform's devices as
 
     @property
     def container(self) -> bool:
@@ -94,4 +99,7 @@ def get_platform(name: str, stacks_file: str | None = None) -> Platform:
         default_args=dict(raw["default_args"]),
         image=str(pins.get("image") or ""),
         container_run_args=tuple(str(a) for a in pins.get("docker_run_args") or ()),
+        node_env={k: str(v) for k, v in (raw.get("node_env") or {}).items()},
+        interface_env=tuple(str(v) for v in raw.get("interface_env") or ()),
+        ray_resource=str(raw.get("ray_resource") or "CPU"),
     )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from acceldeploy import engineopts, gaudi
+from acceldeploy import cluster, engineopts, gaudi
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
 from acceldeploy.modelconfig import ModelArch, load_model_arch
@@ -35,6 +35,8 @@ class HostContext:
     models_root: str = "/models"
     env_prefix: str | None = None
     gaudi_shapes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    host: str = ""  # the inventory hostname (a multi-node service's nodes name it)
+    node_ips: Mapping[str, str] = field(default_factory=dict)  # every host's node address
 
 
 def cache_dir(name: str) -> str:
@@ -57,6 +59,10 @@ class Launch:
     host: str
     max_model_len: int
     kv: dict[str, Any]
+    # A multi-node service: its nodes {hostname: address}, the Ray unit and cluster it runs on.
+    nodes: dict[str, str] = field(default_factory=dict)
+    ray_unit: str | None = None
+    cluster_address: str | None = None
 
     def command_line(self) -> str:
         return shlex.join(self.argv)
@@ -99,7 +105,7 @@ def available_kv_bytes(service: Service, platform: Platform, env: dict[str, str]
                 f"{service.where}: set memory.weights_gib (weights per device) for "
                 f"{service.model}, which is not in the catalog"
             )
-        weights = service.catalog_entry.weights_gib(service.tensor_parallel_size)
+        weights = service.catalog_entry.weights_gib(service.ranks)
     budget = MemoryBudget(
         total_bytes=platform.device_memory_bytes,
         gpu_memory_utilization=service.gpu_memory_utilization,
@@ -175,6 +181,10 @@ def engine_options(service: Service, platform: Platform, length: int) -> dict[st
         "tensor-parallel-size": service.tensor_parallel_size,
         "max-model-len": length,
     }
+    if service.pipeline_parallel_size > 1:
+        options["pipeline-parallel-size"] = service.pipeline_parallel_size
+    if service.nodes:
+        options["distributed-executor-backend"] = "ray"
     if platform.device_memory_bytes is not None:
         options["gpu-memory-utilization"] = service.gpu_memory_utilization
     if service.block_size is not None:
@@ -190,16 +200,38 @@ def engine_options(service: Service, platform: Platform, length: int) -> dict[st
     return options
 
 
-def render_service(service: Service, platform: Platform, context: HostContext) -> Launch:
+def service_env(service: Service, platform: Platform, context: HostContext) -> dict[str, str]:
+    """The platform's variables, the devices, the node's network variables (a multi-node
+    service) and the service's own: what vLLM (and, on every node, Ray) starts with."""
     env = dict(platform.env)
     if platform.device_env and service.devices:
         env[platform.device_env] = ",".join(str(d) for d in service.devices)
+    if service.nodes:
+        env.update(cluster.node_env(platform, node_place(service, context)))
     env["HF_HUB_OFFLINE"] = "1"
     env.update(service.env)
+    return env
+
+
+def node_place(service: Service, context: HostContext) -> cluster.Place:
+    return cluster.place(service, context.host, context.node_ips)
+
+
+def render_service(service: Service, platform: Platform, context: HostContext) -> Launch:
+    env = service_env(service, platform, context)
+    place = node_place(service, context) if service.nodes else None
+    if place:
+        env["RAY_ADDRESS"] = place.head_address
 
     arch = model_arch(service)
     block = service.block_size or platform.block_size
-    layout = kv_layout(arch, service.tensor_parallel_size, block, service.kv_cache_dtype)
+    layout = kv_layout(
+        arch,
+        service.tensor_parallel_size,
+        block,
+        service.kv_cache_dtype,
+        pp=service.pipeline_parallel_size,
+    )
     available = available_kv_bytes(service, platform, env)
     length = resolve_max_model_len(service, arch, layout, available)
     options = engine_options(service, platform, length)
@@ -236,4 +268,7 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
         host=service.host,
         max_model_len=length,
         kv=kv,
+        nodes={n: place.ips[n] for n in service.nodes} if place else {},
+        ray_unit=cluster.ray_unit_name(service) if place else None,
+        cluster_address=place.head_address if place else None,
     )

@@ -20,6 +20,7 @@ from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+IFNAME_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")  # a Linux interface name
 # vLLM options the toolkit sets from the service's own keys: never through extra_args, however
 # spelt (--api_key, api-key, ...); the value is the key to use instead.
 OWNED_OPTIONS = {
@@ -30,6 +31,9 @@ OWNED_OPTIONS = {
     "served-model-name": "name",
     "tensor-parallel-size": "tensor_parallel_size",
     "tp": "tensor_parallel_size",
+    "pipeline-parallel-size": "pipeline_parallel_size",
+    "pp": "pipeline_parallel_size",
+    "distributed-executor-backend": "nodes (a service that spans hosts runs on Ray)",
     "max-model-len": "max_model_len",
     "gpu-memory-utilization": "gpu_memory_utilization",
     "block-size": "block_size",
@@ -45,6 +49,8 @@ OWNED_ENV = {
     "HABANA_VISIBLE_DEVICES": "devices",
     "CUDA_VISIBLE_DEVICES": "devices",
     "HF_HUB_OFFLINE": "nothing: the unit serves the local copy model_weights published",
+    "RAY_ADDRESS": "nodes (the toolkit points vLLM at its group's Ray head)",
+    "VLLM_HOST_IP": "acceldeploy_node_ip (the node's address on the group's network)",
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -53,6 +59,10 @@ DEFAULTS: dict[str, Any] = {
     "allow_patterns": None,
     "devices": None,
     "tensor_parallel_size": None,
+    "pipeline_parallel_size": 1,
+    "nodes": None,
+    "cluster_port": 6379,
+    "network_interface": None,
     "port": 8000,
     "host": "127.0.0.1",
     "max_model_len": "auto",
@@ -92,6 +102,12 @@ class Service:
     ref: ModelRef
     where: str = ""  # how messages name it: acceldeploy_services[i] (name)
     catalog_entry: catalog.CatalogEntry | None = field(default=None, compare=False)
+    pipeline_parallel_size: int = 1
+    # A service that spans hosts: its nodes (inventory hostnames, the first is the Ray head),
+    # the head's Ray port and the NIC the collectives use (cluster.py).
+    nodes: tuple[str, ...] = ()
+    cluster_port: int = 6379
+    network_interface: str | None = None
 
     @property
     def model(self) -> str:
@@ -113,6 +129,10 @@ class Service:
     @property
     def binds_loopback(self) -> bool:
         return self.host in LOOPBACK
+
+    @property
+    def ranks(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
 def _int(value: Any, var: str, low: int, high: int | None = None) -> int:
@@ -165,7 +185,7 @@ def _merge(spec: dict[str, Any], tuned: dict[str, Any], var: str) -> dict[str, A
     return merged
 
 
-def _devices_and_tp(merged: dict[str, Any], platform: str, var: str) -> tuple[list[int], int]:
+def _devices(merged: dict[str, Any], platform: str, var: str) -> list[int]:
     devices = merged["devices"]
     if devices is None:
         devices = [] if platform == "cpu" else [0]
@@ -174,14 +194,71 @@ def _devices_and_tp(merged: dict[str, Any], platform: str, var: str) -> tuple[li
     devices = [_int(d, f"{var}.devices[{i}]", 0, 63) for i, d in enumerate(devices)]
     if len(set(devices)) != len(devices):
         raise AcceldeployError(f"{var}.devices lists a device twice: {devices}")
+    return devices
+
+
+def _nodes(merged: dict[str, Any], var: str) -> tuple[str, ...]:
+    nodes = merged["nodes"]
+    if nodes is None:
+        return ()
+    if (
+        not isinstance(nodes, list)
+        or len(nodes) < 2
+        or not all(isinstance(n, str) and n for n in nodes)
+        or len(set(nodes)) != len(nodes)
+    ):
+        raise AcceldeployError(
+            f"{var}.nodes must list two or more inventory hostnames, each once (the first is "
+            f"the head), got {nodes!r}; drop it for a service on one host"
+        )
+    return tuple(nodes)
+
+
+def _layout(
+    merged: dict[str, Any], devices: list[int], nodes: tuple[str, ...], var: str
+) -> tuple[int, int]:
+    """(tensor_parallel_size, pipeline_parallel_size): TP x PP ranks, the same number on every
+    node, one per listed device."""
+    pp = _int(merged["pipeline_parallel_size"], f"{var}.pipeline_parallel_size", 1, 64)
+    count = len(nodes) or 1
     tp = merged["tensor_parallel_size"]
-    tp = _int(tp, f"{var}.tensor_parallel_size", 1, 64) if tp is not None else max(len(devices), 1)
-    if devices and tp != len(devices):
+    if tp is None:
+        tp = max(len(devices), 1) * count // pp
+        if tp < 1 or tp * pp != max(len(devices), 1) * count:
+            raise AcceldeployError(
+                f"{var}.pipeline_parallel_size {pp} does not divide the {max(len(devices), 1)}"
+                f" x {count} device(s) of the service; set tensor_parallel_size as well"
+            )
+    tp = _int(tp, f"{var}.tensor_parallel_size", 1, 64)
+    if devices and not nodes and pp == 1 and tp != len(devices):
         raise AcceldeployError(
             f"{var}.tensor_parallel_size is {tp} but devices has {len(devices)} entries "
             f"{devices}; list {tp} devices or drop tensor_parallel_size"
         )
-    return devices, tp
+    if devices and tp * pp != len(devices) * count:
+        where = f" on each of its {count} nodes" if nodes else ""
+        raise AcceldeployError(
+            f"{var}.tensor_parallel_size {tp} x pipeline_parallel_size {pp} = {tp * pp} ranks, "
+            f"but devices lists {len(devices)} device(s){where} ({len(devices) * count} in all); "
+            f"make TP x PP equal the devices or list {tp * pp // count} device(s) per node"
+        )
+    if not devices and (tp * pp) % count:
+        raise AcceldeployError(
+            f"{var}.tensor_parallel_size {tp} x pipeline_parallel_size {pp} = {tp * pp} ranks "
+            f"cannot be spread evenly over its {count} nodes; make TP x PP a multiple of {count}"
+        )
+    return tp, pp
+
+
+def _cluster(merged: dict[str, Any], var: str) -> tuple[int, str | None]:
+    port = _int(merged["cluster_port"], f"{var}.cluster_port", 1, 65535)
+    nic = merged["network_interface"]
+    if nic is not None and (not isinstance(nic, str) or not IFNAME_RE.fullmatch(nic)):
+        raise AcceldeployError(
+            f"{var}.network_interface must be a network interface name (e.g. enp189s0f0), "
+            f"got {nic!r}"
+        )
+    return port, nic
 
 
 def _limits(merged: dict[str, Any], var: str) -> dict[str, int] | None:
@@ -271,7 +348,9 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
     entry = catalog.find(parse_model(spec.get("model"), var))
     merged = _merge(spec, entry.tuned(platform) if entry else {}, var)
     ref = parse_model_ref(merged, var)
-    devices, tp = _devices_and_tp(merged, platform, var)
+    devices, nodes = _devices(merged, platform, var), _nodes(merged, var)
+    tp, pp = _layout(merged, devices, nodes, var)
+    cluster_port, nic = _cluster(merged, var)
     max_len = merged["max_model_len"]
     if max_len != "auto":
         max_len = _int(max_len, f"{var}.max_model_len (or 'auto')", 1)
@@ -300,6 +379,10 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
         ref=ref,
         where=var,
         catalog_entry=entry,
+        pipeline_parallel_size=pp,
+        nodes=nodes,
+        cluster_port=cluster_port,
+        network_interface=nic,
     )
 
 

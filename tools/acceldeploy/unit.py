@@ -200,6 +200,7 @@ class _Place:
     launcher_path: str
     ready_path: str
     drain_path: str
+    ray_wait_path: str
     secret_path: str | None
     base_url: str
     timeout: int
@@ -215,11 +216,29 @@ class _Place:
             launcher_path=f"{opts.launcher_dir}/{name}.launch",
             ready_path=f"{opts.launcher_dir}/vllm-ready",
             drain_path=f"{opts.launcher_dir}/vllm-drain",
+            ray_wait_path=f"{opts.launcher_dir}/ray-wait",
             secret_path=f"{opts.secret_dir}/{name}.env" if launch.secret_env else None,
             base_url=f"http://{_url_host(launch.host)}:{launch.port}",
             timeout=opts.start_timeout or platform.start_timeout,
             groups=opts.groups if opts.groups is not None else platform.groups,
         )
+
+
+def ray_wait_argv(launch: Launch, platform: Platform, place: _Place, image: str) -> list[str]:
+    """`ray-wait`: until the group's cluster holds every node, each with the devices its
+    ranks need (the platform's Ray resource), or the start timeout; it names a missing node."""
+    per_node = max(len(launch.devices), 1)
+    wait = [place.ray_wait_path, str(launch.cluster_address), str(max(60, place.timeout // 4)),
+            str(launch.ray_unit), f"{platform.ray_resource}={per_node}",
+            *(f"{host}={ip}" for host, ip in launch.nodes.items())]  # fmt: skip
+    if platform.container:
+        helpers = posixpath.dirname(place.ray_wait_path)
+        mount = f"{helpers}:{helpers}:ro"
+        ray_dir = f"{place.state_dir}:{place.state_dir}:rw"
+        return ["/usr/bin/docker", "run", "--rm", "--net=host", "-v", mount, "-v", ray_dir,
+                image, "python3", *wait]  # fmt: skip
+    python = posixpath.join(posixpath.dirname(launch.argv[0]), "python")
+    return [python, *wait]
 
 
 def _exec_argv(
@@ -229,11 +248,14 @@ def _exec_argv(
     if not platform.container:
         return list(launch.argv)
     recipes = f"{place.cache_dir}/hpu-recipes"
+    mounts = [(models_root, models_root, False), (recipes, recipes, True)]
+    if launch.ray_unit:  # the driver reaches its node's Ray through the session directory
+        mounts.append((place.state_dir, place.state_dir, True))
     return gaudi.docker_argv(
         launch.name,
         opts.gaudi_image or platform.image,
         [*sorted(launch.env), *launch.secret_env],
-        [(models_root, models_root, False), (recipes, recipes, True)],
+        mounts,
         launch.argv,
         platform.container_run_args,
         _numa(launch, opts.topology),
@@ -241,11 +263,14 @@ def _exec_argv(
 
 
 def _unit_directives(launch: Launch, place: _Place, opts: UnitOptions) -> list[tuple[str, str]]:
+    # A multi-node service's head: its Ray node first; a restart of that restarts vLLM too.
+    ray = [("After", f"{launch.ray_unit}.service"), ("Requires", f"{launch.ray_unit}.service")]
     return [
         ("Description", f"vLLM {launch.name}: {launch.model_path} ({launch.platform}) on "
                         f"{launch.host}:{launch.port}"),
         ("After", "network-online.target"),
         ("Wants", "network-online.target"),
+        *(ray if launch.ray_unit else []),
         # N failed starts inside N x (start timeout + restart delay) stop the retries.
         ("StartLimitIntervalSec", str(opts.start_limit_burst * (place.timeout + opts.restart_sec))),
         ("StartLimitBurst", str(opts.start_limit_burst)),
@@ -273,6 +298,9 @@ def _service_directives(
     ]
     if platform.container:
         out.append(("ExecStartPre", docker_rm))
+    if launch.ray_unit:
+        image = opts.gaudi_image or platform.image
+        out.append(("ExecStartPre", shlex.join(ray_wait_argv(launch, platform, place, image))))
     out += [
         ("ExecStart", place.launcher_path),
         # vLLM opens its port before the engine is ready: the start job (and so
@@ -388,8 +416,8 @@ def hardening(launch: Launch, container: bool) -> list[tuple[str, str]]:
         ("SystemCallErrorNumber", "EPERM"),
         ("UMask", "0027"),
     ]
-    if launch.host in ("127.0.0.1", "::1", "localhost") and not container:
-        # Loopback-only service: no traffic beyond this host at all.
+    if launch.host in ("127.0.0.1", "::1", "localhost") and not container and not launch.nodes:
+        # Loopback-only service on one host: no traffic beyond this host at all.
         out += [("IPAddressDeny", "any"), ("IPAddressAllow", "localhost")]
     return out
 

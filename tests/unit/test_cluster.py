@@ -1,0 +1,276 @@
+"""Multi-node services (cluster.py, raynode.py): the layout checks, the cross-node preflight, the
+head's argv and env, each node's Ray unit, and the rendered units through systemd-analyze."""
+
+import copy
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from acceldeploy import cluster, hostplan
+from acceldeploy.engineopts import engine_options
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import hosts_vars
+from acceldeploy.kvplan import kv_layout
+from acceldeploy.modelconfig import ModelArch
+from acceldeploy.platforms import get_platform
+from acceldeploy.service import parse_service
+from acceldeploy.unit import UnitOptions, render_files
+
+ROOT = Path(__file__).resolve().parents[2]
+ASCEND = str(ROOT / "inventory/examples/ascend-910b-2node")
+GAUDI = str(ROOT / "inventory/examples/gaudi2-2node")
+
+
+def inventory(path: str) -> dict:
+    return hostplan.with_node_ips(hosts_vars(path))
+
+
+def spec(**changes):
+    base = {"name": "ds", "model": "deepseek-ai/DeepSeek-R1", "nodes": ["a", "b"],
+            "devices": list(range(8)), "tensor_parallel_size": 8, "pipeline_parallel_size": 2}  # fmt: skip
+    return {**base, **changes}
+
+
+@pytest.mark.parametrize(
+    "changes, says",
+    [
+        ({"nodes": ["a"]}, "nodes must list two or more inventory hostnames"),
+        ({"nodes": ["a", "a"]}, "each once"),
+        ({"pipeline_parallel_size": 4}, "8 x pipeline_parallel_size 4 = 32 ranks, but devices"),
+        ({"devices": [0, 1, 2, 3]}, "list 8 device(s) per node"),
+        ({"network_interface": "eth0; rm"}, "network_interface must be a network interface"),
+        ({"cluster_port": 0}, "cluster_port must be an integer between 1 and 65535"),
+        ({"extra_args": {"distributed-executor-backend": "mp"}}, "set its nodes"),
+        ({"extra_args": {"pp": 2}}, "set its pipeline_parallel_size"),
+    ],
+)
+def test_bad_layouts_name_the_variable(changes, says):
+    with pytest.raises(AcceldeployError) as exc:
+        parse_service(spec(**changes), "ascend", 0)
+    assert says in str(exc.value)
+    assert "acceldeploy_services[0] (ds)" in str(exc.value)
+
+
+def test_layout_defaults_and_ranks():
+    service = parse_service(spec(tensor_parallel_size=None), "ascend", 0)
+    assert (service.tensor_parallel_size, service.pipeline_parallel_size, service.ranks) == (
+        8,
+        2,
+        16,
+    )
+    single = parse_service(
+        spec(nodes=None, pipeline_parallel_size=1, tensor_parallel_size=None), "ascend", 0
+    )
+    assert (single.tensor_parallel_size, single.nodes) == (8, ())
+    cpu = parse_service({"name": "t", "model": "acceldeploy/tiny-qwen3-vl", "nodes": ["a", "b"],
+                         "pipeline_parallel_size": 2}, "cpu", 0)  # fmt: skip
+    assert (cpu.tensor_parallel_size, cpu.pipeline_parallel_size) == (1, 2)
+
+
+def test_pipeline_stages_hold_their_share_of_the_layers():
+    arch = ModelArch("qwen2", ("Qwen2ForCausalLM",), 61, 64, 8, 128, "bfloat16", False, None, False)
+    whole, stage = kv_layout(arch, 8, 128), kv_layout(arch, 8, 128, pp=2)
+    assert (whole.num_layers, stage.num_layers) == (61, 31)  # vLLM's largest stage: ceil(61 / 2)
+
+
+def test_the_head_runs_vllm_on_ray_and_every_node_runs_a_ray_node():
+    hosts = inventory(ASCEND)
+    head, worker = hostplan.host_plan(hosts["npu-01"]), hostplan.host_plan(hosts["npu-02"])
+    (launch,) = head.launches()
+    argv = launch.argv
+    assert argv[argv.index("--pipeline-parallel-size") + 1] == "2"
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "ray"
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
+    assert launch.env["RAY_ADDRESS"] == "192.0.2.31:6379"
+    assert launch.env["HCCL_IF_IP"] == launch.env["VLLM_HOST_IP"] == "192.0.2.31"
+    assert launch.env["GLOO_SOCKET_IFNAME"] == launch.env["HCCL_SOCKET_IFNAME"] == "enp189s0f0"
+    assert launch.nodes == {"npu-01": "192.0.2.31", "npu-02": "192.0.2.32"}
+    assert worker.launches() == []  # a worker node serves no API of its own
+
+    (head_ray,), (worker_ray,) = head.node_units(), worker.node_units()
+    assert head_ray.name == worker_ray.name == "ray-deepseek-r1"
+    assert "--head" in head_ray.argv and "--port=6379" in head_ray.argv
+    assert "--address=192.0.2.31:6379" in worker_ray.argv and "--head" not in worker_ray.argv
+    assert "--node-ip-address=192.0.2.32" in worker_ray.argv
+    # Ray's workers inherit the node's env: the devices, its own address, no driver address
+    assert worker_ray.env["HCCL_IF_IP"] == "192.0.2.32"
+    assert worker_ray.env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert worker_ray.env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] == "1"
+    assert "RAY_ADDRESS" not in worker_ray.env
+
+    (unit,) = head.units()
+    service = dict(
+        d for s in unit.sections if s["name"] == "Service" for d in map(tuple, s["directives"])
+    )
+    unit_section = [tuple(d) for s in unit.sections if s["name"] == "Unit" for d in s["directives"]]
+    assert ("Requires", "ray-deepseek-r1.service") in unit_section
+    assert ("After", "ray-deepseek-r1.service") in unit_section
+    assert service["ExecStartPre"].split()[2:] == [
+        "192.0.2.31:6379", "450", "ray-deepseek-r1", "NPU=8", "npu-01=192.0.2.31", "npu-02=192.0.2.32"]  # fmt: skip
+    assert "IPAddressDeny" not in service  # the head talks to the other nodes
+
+
+def test_the_head_argv_uses_only_options_its_engine_has():
+    for path, head in ((ASCEND, "npu-01"), (GAUDI, "hpu-01")):
+        plan = hostplan.host_plan(inventory(path)[head])
+        engine = engine_options(plan.platform.engine_options)
+        (launch,) = plan.launches()
+        flags = [a.split("=", 1)[0] for a in launch.argv if a.startswith("--")]
+        assert flags and all(flag in engine.options for flag in flags), flags
+
+
+def test_gaudi_nodes_run_ray_in_the_image_with_the_session_directory_shared():
+    hosts = inventory(GAUDI)
+    (head_unit,) = hostplan.host_plan(hosts["hpu-01"]).units()
+    state = "/var/lib/acceldeploy-vllm/deepseek-r1"
+    assert f"{state}:{state}:rw" in head_unit.exec_argv  # the driver reaches Ray's sockets
+    (ray_unit,) = hostplan.host_plan(hosts["hpu-02"]).node_units()
+    assert ray_unit.exec_argv[:2] == ["/usr/bin/docker", "run"]
+    assert ray_unit.exec_argv[-len(ray_unit.argv) :] == ray_unit.argv
+    assert ray_unit.argv[:2] == ["ray", "start"]
+    # the bucketing the model ranks read comes with the node's environment
+    assert ray_unit.env["VLLM_PROMPT_SEQ_BUCKET_MAX"] == head_unit.env["VLLM_PROMPT_SEQ_BUCKET_MAX"]
+
+
+def views(hosts):
+    return {h: hostplan.node_view(v) for h, v in hosts.items()}
+
+
+def test_consistent_groups_pass_the_cross_node_check():
+    hosts = inventory(ASCEND)
+    assert hostplan.group_errors(views(hosts), {"npu-01": "k", "npu-02": "k"}) == []
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda h: h["npu-02"].update(acceldeploy_platform="gaudi"), "disagree on acceldeploy_platform"),
+        (lambda h: h["npu-02"]["acceldeploy_services"][0].update(revision="abc123"), ".revision: npu-01 has 'master'"),
+        (lambda h: h["npu-02"]["acceldeploy_services"][0].update(devices=[0, 1, 2, 3],
+                                                                tensor_parallel_size=4), ".devices"),
+        (lambda h: h["npu-02"].update(acceldeploy_services=[]), "npu-02 is in acceldeploy_services[0] (deepseek-r1).nodes but does not define"),
+        (lambda h: h.pop("npu-02"), "names npu-02, which is not in this run"),
+    ],
+)  # fmt: skip
+def test_nodes_that_disagree_stop_in_preflight(change, says):
+    hosts = copy.deepcopy(hosts_vars(ASCEND))
+    change(hosts)
+    found = views(hostplan.with_node_ips(hosts))
+    errors = hostplan.group_errors(found, {h: "k" for h in hosts})
+    assert any(says in e for e in errors), errors
+
+
+def test_different_pins_stop_in_preflight():
+    errors = hostplan.group_errors(views(inventory(ASCEND)), {"npu-01": "aaa", "npu-02": "bbb"})
+    assert errors and "disagree on the stack" in errors[0], errors
+
+
+def test_a_node_address_must_be_an_ip():
+    hosts = copy.deepcopy(hosts_vars(ASCEND))
+    del hosts["npu-02"]["acceldeploy_node_ip"]
+    hosts["npu-02"]["ansible_host"] = "npu-02.example"
+    with pytest.raises(
+        AcceldeployError, match=r"npu-02: ansible_host is 'npu-02\.example', not an IP"
+    ):
+        hostplan.with_node_ips(hosts)
+
+
+def test_a_host_is_a_node_of_one_group_at_a_time():
+    view = {"platform": "cpu", "services": {
+        "x": {"nodes": ["b", "a"]}, "y": {"nodes": ["c", "a"]}}}  # fmt: skip
+    errors = cluster.check_groups({"a": {**view, "pins": ""}})
+    assert "services x, y both span hosts" in errors[0]
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze here")
+@pytest.mark.parametrize("host", ["npu-01", "npu-02"])
+def test_rendered_group_units_pass_systemd_analyze_verify(host, tmp_path):
+    plan = hostplan.host_plan(inventory(ASCEND)[host])
+    options = UnitOptions(launcher_dir=str(tmp_path))
+    plan = hostplan.HostPlan(plan.platform, plan.services, plan.context, options)
+    units = [*plan.units(), *plan.node_units()]
+    for helper in ("vllm-ready", "vllm-drain", "ray-wait"):
+        (tmp_path / helper).write_text("#!/bin/sh\n")
+        os.chmod(tmp_path / helper, 0o755)
+    for unit in units:
+        for path, text in render_files(unit).items():
+            target = tmp_path / Path(path).name
+            target.write_text(text)
+            os.chmod(target, 0o755 if path.endswith(".launch") else 0o644)
+    # the env's python (ray-wait's interpreter) is not on this machine: verify the rest
+    for unit in units:
+        unit_file = tmp_path / Path(unit.unit_path).name
+        text = unit_file.read_text()
+        unit_file.write_text(
+            "\n".join(line for line in text.splitlines() if not line.startswith("ExecStartPre="))
+            + "\n"
+        )
+        proc = subprocess.run(["systemd-analyze", "verify", str(unit_file)],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert unit.name not in proc.stderr, proc.stderr
+    assert {u.name for u in units} == ({"deepseek-r1", "ray-deepseek-r1"} if host == "npu-01"
+                                       else {"ray-deepseek-r1"})  # fmt: skip
+    assert get_platform("ascend").ray_resource == "NPU"
+
+
+def group_inventory(tmp_path: Path, groups: dict[str, dict], per_host: dict[str, dict]) -> Path:
+    """An inventory of two-node groups (the Ascend example's service, renamed nodes), every
+    host pointed at a closed port: nothing may be contacted."""
+    from test_bad_input_battery import CLOSED
+
+    example = hosts_vars(ASCEND)["npu-01"]
+    hosts, children = {}, {}
+    for group, nodes in groups.items():
+        service = {**example["acceldeploy_services"][0], "nodes": nodes}
+        for node in nodes:
+            hosts[node] = {**CLOSED, "acceldeploy_node_ip": f"192.0.2.{len(hosts) + 50}",
+                           "acceldeploy_platform": "ascend", "acceldeploy_services": [service],
+                           **per_host.get(node, {})}  # fmt: skip
+        children[group] = {"hosts": {n: None for n in nodes}}
+    path = tmp_path / "hosts.yml"
+    import yaml
+
+    path.write_text(yaml.safe_dump({"all": {"hosts": hosts, "children": children}}))
+    return path
+
+
+def preflight_failures(inventory_path: Path) -> tuple[dict, list[str]]:
+    from test_bad_input_battery import playbook_json
+
+    _, data = playbook_json(inventory_path, "playbooks/preflight.yml")
+    failed = [str(result.get("msg", "")) for play in data["plays"] for task in play["tasks"]
+              for result in task["hosts"].values() if result.get("failed")]  # fmt: skip
+    return data["stats"], failed
+
+
+def test_preflight_stops_a_group_whose_pins_differ_before_any_host_is_contacted(tmp_path):
+    path = group_inventory(
+        tmp_path,
+        {"good": ["a1", "a2"], "bad": ["b1", "b2"]},
+        {"b2": {"python_env_extra_packages": ["acceldeploy-extra==1.0"]}},
+    )
+    stats, failed = preflight_failures(path)
+    assert all(s["unreachable"] == 0 and s["changed"] == 0 for s in stats.values()), stats
+    (message,) = failed
+    assert "disagree on the stack (python_env_* and the pins): b1 has" in message, message
+    assert "a1" not in message and "a2" not in message
+
+
+def test_preflight_stops_a_group_that_names_a_host_outside_the_inventory(tmp_path):
+    path = group_inventory(tmp_path, {"g": ["c1", "c2"]}, {})
+    text = path.read_text().replace("- c2\n", "- c3\n", 1)  # c1's nodes: [c1, c3]
+    path.write_text(text)
+    stats, failed = preflight_failures(path)
+    assert all(s["unreachable"] == 0 and s["changed"] == 0 for s in stats.values()), stats
+    assert any("nodes names c3, not in the inventory" in m for m in failed), failed
+
+
+def test_a_consistent_group_passes_the_check_then_is_refused_as_not_yet_deployable(tmp_path):
+    stats, failed = preflight_failures(group_inventory(tmp_path, {"g": ["a1", "a2"]}, {}))
+    assert all(s["unreachable"] == 0 and s["changed"] == 0 for s in stats.values()), stats
+    assert len(failed) == 2 and all("does not deploy them yet" in m for m in failed), failed
+    assert not any("disagree" in m for m in failed)

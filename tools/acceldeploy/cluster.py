@@ -1,0 +1,175 @@
+"""A service that spans hosts: the group's nodes, their addresses and each node's part.
+
+A service with `nodes: [a, b, ...]` runs one Ray cluster over those inventory hosts (vLLM's
+own multi-node engine): every node runs the Ray node unit `ray-<service>` (`ray start --head`
+on the first node, `ray start --address=<head>:<cluster_port>` on the others) and the head
+runs vLLM with `--distributed-executor-backend ray`, its TP x PP ranks spread evenly over the
+nodes. Ray workers inherit their node's environment, so the platform's variables, the devices
+and the network variables (`node_env`) are set on every node's Ray unit, before `ray start`.
+
+`check_groups` is the preflight over the whole inventory: every node is in it, defines the
+same service, and agrees with the others on platform, stack, model, layout and device count.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.platforms import Platform
+from acceldeploy.service import Service
+
+NODE_IP_VAR = "acceldeploy_node_ip"
+RAY_UNIT_PREFIX = "ray-"
+# What the nodes of one group must agree on, as Service attributes.
+SHARED = ("nodes", "model", "revision", "tensor_parallel_size", "pipeline_parallel_size",
+          "cluster_port", "port")  # fmt: skip
+
+
+def node_ip(hostvars: Mapping[str, Any], host: str) -> str:
+    """The address a node is reached on by the others: acceldeploy_node_ip, else ansible_host."""
+    given = hostvars.get(NODE_IP_VAR) or hostvars.get("ansible_host") or host
+    try:
+        return str(ipaddress.ip_address(str(given)))
+    except ValueError:
+        var = NODE_IP_VAR if hostvars.get(NODE_IP_VAR) else "ansible_host"
+        raise AcceldeployError(
+            f"{host}: {var} is {given!r}, not an IP address; a node of a multi-node service "
+            f"needs one: set {NODE_IP_VAR} to its address on the network the nodes share"
+        ) from None
+
+
+def ray_unit_name(service: Service) -> str:
+    return f"{RAY_UNIT_PREFIX}{service.name}"
+
+
+@dataclass(frozen=True)
+class Place:
+    """One host's part in a group service: its rank among the nodes and the addresses."""
+
+    service: Service
+    host: str
+    ips: Mapping[str, str]  # the group's nodes' addresses
+
+    @property
+    def rank(self) -> int:
+        return self.service.nodes.index(self.host)
+
+    @property
+    def is_head(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def ip(self) -> str:
+        return self.ips[self.host]
+
+    @property
+    def head_address(self) -> str:
+        head = self.ips[self.service.nodes[0]]
+        return f"{_url_ip(head)}:{self.service.cluster_port}"
+
+    def ranks_per_node(self) -> int:
+        return self.service.ranks // len(self.service.nodes)
+
+
+def _url_ip(ip: str) -> str:
+    return f"[{ip}]" if ":" in ip else ip
+
+
+def place(service: Service, host: str, ips: Mapping[str, str]) -> Place:
+    if host not in service.nodes:
+        raise AcceldeployError(
+            f"{service.where}: this host ({host}) is not in its nodes {list(service.nodes)}; "
+            "add it there or define the service only on the group's hosts"
+        )
+    missing = [n for n in service.nodes if n not in ips]
+    if missing:
+        raise AcceldeployError(
+            f"{service.where}.nodes names {', '.join(missing)}, not in the inventory; add "
+            "the host(s) or drop them from nodes"
+        )
+    return Place(service, host, {n: ips[n] for n in service.nodes})
+
+
+def node_env(platform: Platform, where: Place) -> dict[str, str]:
+    """The network variables of one node: its own address, the NIC the collectives use (a
+    wrong NIC picked by Gloo or HCCL is the commonest multi-node failure) and the platform's
+    own per-node variables (data/platforms.yml node_env; `{ip}` is the node's address)."""
+    env = {"VLLM_HOST_IP": where.ip}
+    nic = where.service.network_interface
+    if nic:
+        env.update({name: nic for name in platform.interface_env})
+    env.update({k: v.replace("{ip}", where.ip) for k, v in platform.node_env.items()})
+    return env
+
+
+def _shared(service: Service) -> dict[str, Any]:
+    values = {key: getattr(service, key) for key in SHARED}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+def node_view(platform: str, pins: str, services: list[Service]) -> dict[str, Any]:
+    """What check_groups needs of one host, as plain data (Ansible carries it between hosts):
+    its platform, stack pins and every multi-node service with the keys the nodes share."""
+    return {
+        "platform": platform,
+        "pins": pins,
+        "services": {
+            s.name: {"where": s.where, "devices": len(s.devices), **_shared(s)}
+            for s in services
+            if s.nodes
+        },
+    }
+
+
+def check_groups(views: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Every inconsistency of the inventory's multi-node services, each naming the variable
+    and the fix. `views`: {host: node_view(...)} of every host of the run."""
+    errors: list[str] = []
+    for host, view in views.items():
+        groups = view["services"]
+        if len(groups) > 1:
+            errors.append(
+                f"{host}: services {', '.join(groups)} both span hosts; a host is a node of one "
+                "multi-node service (one Ray cluster) at a time"
+            )
+        for name, service in groups.items():
+            if service["nodes"][0] == host:  # checked once, from the head
+                errors += _check_group(host, name, views)
+    return errors
+
+
+def _check_group(head: str, name: str, views: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    mine = views[head]["services"][name]
+    where, errors = mine["where"], []
+    for node in mine["nodes"][1:]:
+        view = views.get(node)
+        if view is None:
+            errors.append(
+                f"{where}.nodes names {node}, which is not in this run; a multi-node service "
+                "deploys as one: add the host to the inventory (and to --limit), or drop it "
+                "from nodes"
+            )
+            continue
+        theirs = view["services"].get(name)
+        if theirs is None:
+            errors.append(
+                f"{node} is in {where}.nodes but does not define service {name}; give the "
+                "group's hosts the same acceldeploy_services (e.g. in the group's group_vars)"
+            )
+            continue
+        pairs = [
+            ("acceldeploy_platform", views[head]["platform"], view["platform"]),
+            ("the stack (python_env_* and the pins)", views[head]["pins"], view["pins"]),
+            *((f"{where}.{key}", mine[key], theirs[key]) for key in ("devices", *SHARED)),
+        ]
+        for key, a, b in pairs:
+            if a != b:
+                errors.append(
+                    f"{where}: the nodes disagree on {key}: {head} has {a!r}, {node} has {b!r}; "
+                    "make them the same on every node"
+                )
+    return errors

@@ -1,0 +1,147 @@
+"""The Ray node unit of a multi-node service: `ray-<service>` on every node of the group.
+
+The head runs `ray start --head`, the others `ray start --address=<head>`; each stays in the
+foreground (`--block`) under systemd, which restarts it, so a worker that starts before its
+head keeps trying until it joins. Ray's session files live in the service's state directory
+(shared with the vLLM unit on the head, which connects to the cluster as a driver). The vLLM
+unit on the head requires this unit and, before vLLM starts, waits until the cluster holds
+every node with the devices the layout needs (`ray-wait`, unit.py).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from acceldeploy import cluster, gaudi, render
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.platforms import Platform
+from acceldeploy.render import HostContext, Launch
+from acceldeploy.service import Service
+from acceldeploy.unit import STATE_ROOT, UNIT_DIR, ServiceUnit, UnitOptions, env_value, hardening
+
+RAY_TEMP = "ray"  # under the service's state directory: short enough for Ray's socket paths
+
+
+def served_cache(service: Service) -> str:
+    return render.cache_dir(service.name)
+
+
+def ray_temp_dir(service_name: str) -> str:
+    return f"{STATE_ROOT}/{service_name}/{RAY_TEMP}"
+
+
+def ray_command(platform: Platform, context: HostContext) -> str:
+    if platform.container:
+        return "ray"
+    prefix = platform.serve_command(context.env_prefix)[0]
+    return posixpath.join(posixpath.dirname(prefix), "ray")
+
+
+def ray_argv(service: Service, platform: Platform, context: HostContext) -> list[str]:
+    where = render.node_place(service, context)
+    argv = [ray_command(platform, context), "start", "--block", "--disable-usage-stats",
+            f"--node-ip-address={where.ip}"]  # fmt: skip
+    if where.is_head:
+        argv += ["--head", f"--port={service.cluster_port}", "--include-dashboard=false",
+                 f"--temp-dir={ray_temp_dir(service.name)}"]  # fmt: skip
+    else:
+        argv.append(f"--address={where.head_address}")
+    return argv
+
+
+def build_node(
+    service: Service, platform: Platform, context: HostContext, options: UnitOptions | None = None
+) -> ServiceUnit:
+    if not service.nodes:
+        raise AcceldeployError(f"{service.where}: only a service with nodes has a Ray node unit")
+    opts = options or UnitOptions()
+    where = render.node_place(service, context)
+    name = cluster.ray_unit_name(service)
+    state_dir = f"{STATE_ROOT}/{service.name}"
+    # Ray's workers (vLLM's model ranks on this node) inherit the node's environment: the
+    # server's own, as rendered on this node, without the driver's RAY_ADDRESS.
+    served = render.render_service(service, platform, context)
+    env = {"HOME": state_dir, "XDG_CACHE_HOME": served_cache(service), **served.env}
+    env = dict(sorted((k, v) for k, v in env.items() if k != "RAY_ADDRESS"))
+    argv = ray_argv(service, platform, context)
+    launch = Launch(
+        name=name,
+        model_path=render.model_path(context.models_root, service),
+        argv=argv,
+        env=env,
+        secret_env=[],
+        platform=platform.name,
+        runtime=platform.runtime,
+        devices=service.devices,
+        device_paths=platform.device_paths(service.devices),
+        env_scripts=list(platform.env_scripts),
+        port=service.cluster_port,
+        host=where.ip,
+        max_model_len=0,
+        kv={},
+        nodes=dict(where.ips),
+        ray_unit=name,
+        cluster_address=where.head_address,
+    )
+    exec_argv = argv
+    if platform.container:
+        cache = served_cache(service)
+        mounts = [(context.models_root, context.models_root, False), (state_dir, state_dir, True),
+                  (cache, cache, True)]  # fmt: skip
+        exec_argv = gaudi.docker_argv(name, opts.gaudi_image or platform.image, sorted(env),
+                                      mounts, argv, platform.container_run_args)  # fmt: skip
+    groups = opts.groups if opts.groups is not None else platform.groups
+    role = "head" if where.is_head else "worker"
+    service_directives: list[tuple[str, str]] = [
+        ("Type", "exec"), ("User", opts.user), ("Group", opts.user),
+        *((("SupplementaryGroups", " ".join(groups)),) if groups else ()),
+        *(("Environment", env_value(k, v)) for k, v in env.items()),
+        ("WorkingDirectory", state_dir),
+        ("StateDirectory", state_dir.removeprefix("/var/lib/")),
+        ("CacheDirectory", served_cache(service).removeprefix("/var/cache/")),
+        ("ExecStart", f"{opts.launcher_dir}/{name}.launch"),
+        # every process the node started (GCS, raylet, the workers vLLM placed here) goes
+        ("KillMode", "control-group"),
+        ("TimeoutStopSec", "60"),
+        ("Restart", "always"),
+        ("RestartSec", str(opts.restart_sec)),
+        ("LimitNOFILE", "65536"),
+        ("LimitMEMLOCK", "infinity"),
+    ]  # fmt: skip
+    sections = [
+        {"name": "Unit", "directives": [
+            ["Description", f"Ray {role} node of {service.name} ({where.ip}, cluster "
+                            f"{where.head_address})"],
+            ["After", "network-online.target"],
+            ["Wants", "network-online.target"],
+            # a worker retries until its head is up: no start limit
+            ["StartLimitIntervalSec", "0"],
+        ]},
+        {"name": "Service", "directives": [
+            list(d) for d in [*service_directives, *hardening(launch, platform.container)]
+        ]},
+        {"name": "Install", "directives": [["WantedBy", "multi-user.target"]]},
+    ]  # fmt: skip
+    return ServiceUnit(
+        name=name,
+        platform=platform.name,
+        unit_path=f"{UNIT_DIR}/{name}.service",
+        launcher_path=f"{opts.launcher_dir}/{name}.launch",
+        ready_path="",
+        secret_path=None,
+        state_dir=state_dir,
+        cache_dir=served_cache(service),
+        argv=argv,
+        env=env,
+        secret_env=[],
+        groups=list(groups),
+        exec_argv=exec_argv,
+        env_scripts=list(platform.env_scripts),
+        sections=sections,
+        start_timeout=0,
+        health_url="",
+        base_url="",
+        argcheck=None,
+        argcheck_python=None,
+        launch=launch.to_dict(),
+    )
