@@ -10,12 +10,13 @@ every node with the devices the layout needs (`ray-wait`, unit.py).
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 
 from acceldeploy import cluster, gaudi, render
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.platforms import Platform
-from acceldeploy.render import HostContext, Launch
+from acceldeploy.render import HostContext
 from acceldeploy.service import Service
 from acceldeploy.unit import STATE_ROOT, UNIT_DIR, ServiceUnit, UnitOptions, env_value, hardening
 
@@ -64,25 +65,11 @@ def build_node(
     env = {"HOME": state_dir, "XDG_CACHE_HOME": served_cache(service), **served.env}
     env = dict(sorted((k, v) for k, v in env.items() if k != "RAY_ADDRESS"))
     argv = ray_argv(service, platform, context)
-    launch = Launch(
-        name=name,
-        model_path=render.model_path(context.models_root, service),
-        argv=argv,
-        env=env,
-        secret_env=[],
-        platform=platform.name,
-        runtime=platform.runtime,
-        devices=service.devices,
-        device_paths=platform.device_paths(service.devices),
-        env_scripts=list(platform.env_scripts),
-        port=service.cluster_port,
-        host=where.ip,
-        max_model_len=0,
-        kv={},
-        nodes=dict(where.ips),
-        ray_unit=name,
-        cluster_address=where.head_address,
-    )
+    # the served launch, as Ray's: its devices, env scripts and the node's place in the group
+    launch = dataclasses.replace(
+        served, name=name, argv=argv, env=env, secret_env=[], port=service.cluster_port,
+        host=where.ip, max_model_len=0, kv={},
+    )  # fmt: skip
     exec_argv = argv
     if platform.container:
         cache = served_cache(service)
