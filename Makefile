@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ACCELDEPLOY_CACHE := $(CACHE)
 
-.PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo endpoints clean test-upgrade
+.PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo endpoints clean test-slow
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -49,8 +49,8 @@ lab-down: venv
 
 test-lab: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -m bare tests/lab
-	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q --durations=15 -m lab tests/lab
-	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s --durations=5 -m e2e tests/lab
+	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q --durations=15 -m "lab and not slow" tests/lab
+	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s --durations=5 -m "e2e and not slow" tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m labcycle tests/lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m suites tests/lab
 
@@ -64,11 +64,13 @@ bench-noop: lab
 test-matrix: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m matrix tests/lab; rc=$$?; $(MAKE) lab-down; exit $$rc
 
-# Upgrades on the lab (issue 15): a pins change rolled through both hosts one at a time while
-# the other serves, then a broken one rolled back on the first host. Two extra ~8 GB env builds
-# per host (~25 min); not in `make test`. Leaves the lab down.
-test-upgrade: lab
-	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m upgrade tests/lab; rc=$$?; $(MAKE) lab-down; exit $$rc
+# The acceptance proofs too long for CI's 90 minutes (tests marked slow, ~45 min): upgrades (a
+# pins change rolled through both hosts one at a time while the other serves, a broken one
+# rolled back on the first host; two extra ~8 GB env builds per host), a model revision round
+# trip, and tune's interrupted / resumed / applied cycle. Leaves the lab down.
+test-slow: lab
+	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s --durations=10 -m slow tests/lab; rc=$$?; \
+	  $(MAKE) lab-down; exit $$rc
 
 # Everything, on fresh lab hosts: a running lab (the demo's) is taken down first, and the lab
 # is torn down again whatever the result. On a fresh machine the lab's downloads and builds

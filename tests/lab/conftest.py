@@ -21,7 +21,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
 # tests after it that need vLLM on a host find that build and keep it (a no-op), instead of
 # each building the ~8 GB environment again.
 FIRST = ("test_python_env.py",)
+# Upgrades leave the hosts on other environments: after everything else (`make test-slow`).
+LAST = ("test_upgrade_lab.py",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name not in FIRST)
+    items.sort(key=lambda item: (item.path.name not in FIRST, item.path.name in LAST))

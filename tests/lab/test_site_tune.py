@@ -101,7 +101,18 @@ def driver_running() -> bool:
     return on_host(HOST, "pgrep -f '/[d]river.py' || true").strip() != ""
 
 
-def test_grid_interrupted_resumed_applied_and_deployed(inventory: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def served() -> None:
+    """The lab served as site.yml leaves it: a no-op after test_site; under `make test-slow`
+    on fresh hosts, the whole deploy."""
+    run = run_playbook("site.yml", INVENTORY, skip_tags=["verify"], timeout=2400)
+    assert run.ok, run.output
+
+
+@pytest.mark.slow  # ~10 min: seqs 1's runs are long by design
+def test_grid_interrupted_resumed_applied_and_deployed(
+    served: None, inventory: Path, tmp_path: Path
+) -> None:
     """Ctrl-C in the second point's bench leaves the service as it was and the driver gone;
     --resume finishes without re-running the first point; --apply writes the winner's keys
     only; site.yml deploys it (changed, then changed=0); the original inventory puts it back."""

@@ -1,4 +1,4 @@
-"""Upgrades on the lab with real vLLM (issue 15's acceptance; `make test-upgrade`, not in `make
+"""Upgrades on the lab with real vLLM (issue 15's acceptance; `make test-slow`, not in `make
 test`: two extra ~8 GB environment builds per host). runtime.yml then serve.yml, one host per
 batch, as an operator upgrades:
 
@@ -31,7 +31,7 @@ from acceldeploy.hostplan import host_launches
 from acceldeploy.inventory import host_vars
 from acceldeploy.lab import wheelhouse
 
-pytestmark = pytest.mark.upgrade
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 NAME = "qwen3-vl"
 MARKER = ("acceldeploy-lab-upgrade", "1.0")

@@ -9,7 +9,9 @@ keeps serving the new unit; without rollback the crash loop stops at the start l
 re-run completes; bad inputs fail before any host changes.
 
 The tests share the converged hosts and run in this order. Each leaves them as the inventory
-says, except the retune test: its host keeps the retune until the bad-flag test's re-run.
+says, except the retune test (its host keeps the retune) and the bad-flag test (both hosts
+back on what they served before it). `make test-slow` runs the ones marked slow: the model
+revision round trip and the crash loop without rollback, which ends with a fixing re-run.
 
 Needs the lab with the vLLM venv (python_env) and the tiny model (model_weights) on the hosts;
 ACCELDEPLOY_TEST_INVENTORY picks another lab instance.
@@ -185,6 +187,7 @@ def test_killed_vllm_is_restarted(converged, inventory, hosts):
     assert serving(hostvars, port_of(inventory, host))
 
 
+@pytest.mark.slow  # ~5 min: two models+serve round trips and a check-mode preview
 def test_new_model_revision_switches_then_the_old_is_pruned(converged, inventory, hosts, tmp_path):
     """The served model at its commit id instead of `main` on the host that pulls from the
     seed: models.yml publishes the new revision beside the old, serve switches that host and,
@@ -309,26 +312,25 @@ def test_retune_restart_drains_the_requests_in_flight(converged, inventory, host
     assert other_answers and set(other_answers) == {200}, other_answers
 
 
+def bad_flag(inventory: Path, tmp_path: Path, hosts: dict[str, Any]) -> Path:
+    """The first host gets a harmless env change, the last a flag vLLM's parser accepts but the
+    server fails on when it loads the tokenizer."""
+    first, last = next(iter(hosts)), list(hosts)[-1]
+    return overlay(inventory, tmp_path, {
+        first: {"acceldeploy_services": service_spec(inventory, first, env={"ROLL": "1"})},
+        last: {"acceldeploy_services": service_spec(
+            inventory, last, extra_args={"tokenizer": "/nonexistent/tokenizer"})},
+    })  # fmt: skip
+
+
 def test_bad_flag_on_last_host_stops_the_rollout_there(converged, inventory, hosts, tmp_path):
     first, last = next(iter(hosts)), list(hosts)[-1]
     good_unit = on(hosts[last], f"cat /etc/systemd/system/{NAME}.service")
     first_unit = on(hosts[first], f"cat /etc/systemd/system/{NAME}.service")
-    # parsed fine by vLLM's parser, fails when the server loads the tokenizer
-    bad = overlay(
-        inventory,
-        tmp_path,
-        {
-            first: {"acceldeploy_services": service_spec(inventory, first, env={"ROLL": "1"})},
-            last: {
-                "acceldeploy_services": service_spec(
-                    inventory, last, extra_args={"tokenizer": "/nonexistent/tokenizer"}
-                )
-            },
-        },
-    )
     # acceldeploy_rollback_all: the first host (switched by an earlier batch, with ROLL=1)
     # goes back too, to what this run replaced there
-    run = run_playbook(PLAYBOOK, bad, {"acceldeploy_rollback_all": True}, timeout=900)
+    run = run_playbook(PLAYBOOK, bad_flag(inventory, tmp_path, hosts),
+                       {"acceldeploy_rollback_all": True}, timeout=900)  # fmt: skip
     assert not run.ok
     assert run.failed(last) == 1 and run.failed(first) == 0
     assert f"did not become ready on {last}" in run.output, run.output
@@ -345,9 +347,16 @@ def test_bad_flag_on_last_host_stops_the_rollout_there(converged, inventory, hos
     assert "ROLL=1" not in on(hosts[first], f"systemctl show -p Environment --value {NAME}")
     assert serving(hosts[first], port_of(inventory, first))
 
+
+@pytest.mark.slow  # ~4 min: a rollout, the crash loop up to its start limit, a fixing re-run
+def test_without_rollback_the_crash_loop_stops_at_the_start_limit(
+    converged, inventory, hosts, tmp_path
+):
+    first, last = next(iter(hosts)), list(hosts)[-1]
     # with vllm_service_rollback: false the failed host is left as it is, and (by default) the
     # host an earlier batch switched stays switched and is named
-    run = run_playbook(PLAYBOOK, bad, {"vllm_service_rollback": False}, timeout=900)
+    run = run_playbook(PLAYBOOK, bad_flag(inventory, tmp_path, hosts),
+                       {"vllm_service_rollback": False}, timeout=900)  # fmt: skip
     assert not run.ok and run.failed(last) == 1, run.output
     assert f"{last} was not rolled back" in run.output, run.output
     assert f"serving the new units: {first} (left as they are" in run.output, run.output
