@@ -71,9 +71,6 @@ class Place:
         head = self.ips[self.service.nodes[0]]
         return f"{_url_ip(head)}:{self.service.cluster_port}"
 
-    def ranks_per_node(self) -> int:
-        return self.service.ranks // len(self.service.nodes)
-
 
 def _url_ip(ip: str) -> str:
     return f"[{ip}]" if ":" in ip else ip

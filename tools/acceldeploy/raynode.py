@@ -18,17 +18,13 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.platforms import Platform
 from acceldeploy.render import HostContext
 from acceldeploy.service import Service
-from acceldeploy.unit import STATE_ROOT, UNIT_DIR, ServiceUnit, UnitOptions, env_value, hardening
+from acceldeploy.unit import UNIT_DIR, ServiceUnit, UnitOptions, env_value, hardening, state_dir
 
 RAY_TEMP = "ray"  # under the service's state directory: short enough for Ray's socket paths
 
 
-def served_cache(service: Service) -> str:
-    return render.cache_dir(service.name)
-
-
 def ray_temp_dir(service_name: str) -> str:
-    return f"{STATE_ROOT}/{service_name}/{RAY_TEMP}"
+    return f"{state_dir(service_name)}/{RAY_TEMP}"
 
 
 def ray_command(platform: Platform, context: HostContext) -> str:
@@ -58,11 +54,11 @@ def build_node(
     opts = options or UnitOptions()
     where = render.node_place(service, context)
     name = cluster.ray_unit_name(service)
-    state_dir = f"{STATE_ROOT}/{service.name}"
+    state, cache = state_dir(service.name), render.cache_dir(service.name)
     # Ray's workers (vLLM's model ranks on this node) inherit the node's environment: the
     # server's own, as rendered on this node, without the driver's RAY_ADDRESS.
     served = render.render_service(service, platform, context)
-    env = {"HOME": state_dir, "XDG_CACHE_HOME": served_cache(service), **served.env}
+    env = {"HOME": state, "XDG_CACHE_HOME": cache, **served.env}
     env = dict(sorted((k, v) for k, v in env.items() if k != "RAY_ADDRESS"))
     argv = ray_argv(service, platform, context)
     # the served launch, as Ray's: its devices, env scripts and the node's place in the group
@@ -72,8 +68,7 @@ def build_node(
     )  # fmt: skip
     exec_argv = argv
     if platform.container:
-        cache = served_cache(service)
-        mounts = [(context.models_root, context.models_root, False), (state_dir, state_dir, True),
+        mounts = [(context.models_root, context.models_root, False), (state, state, True),
                   (cache, cache, True)]  # fmt: skip
         exec_argv = gaudi.docker_argv(name, opts.gaudi_image or platform.image, sorted(env),
                                       mounts, argv, platform.container_run_args)  # fmt: skip
@@ -83,9 +78,9 @@ def build_node(
         ("Type", "exec"), ("User", opts.user), ("Group", opts.user),
         *((("SupplementaryGroups", " ".join(groups)),) if groups else ()),
         *(("Environment", env_value(k, v)) for k, v in env.items()),
-        ("WorkingDirectory", state_dir),
-        ("StateDirectory", state_dir.removeprefix("/var/lib/")),
-        ("CacheDirectory", served_cache(service).removeprefix("/var/cache/")),
+        ("WorkingDirectory", state),
+        ("StateDirectory", state.removeprefix("/var/lib/")),
+        ("CacheDirectory", cache.removeprefix("/var/cache/")),
         ("ExecStart", f"{opts.launcher_dir}/{name}.launch"),
         # every process the node started (GCS, raylet, the workers vLLM placed here) goes
         ("KillMode", "control-group"),
@@ -116,8 +111,8 @@ def build_node(
         launcher_path=f"{opts.launcher_dir}/{name}.launch",
         ready_path="",
         secret_path=None,
-        state_dir=state_dir,
-        cache_dir=served_cache(service),
+        state_dir=state,
+        cache_dir=cache,
         argv=argv,
         env=env,
         secret_env=[],

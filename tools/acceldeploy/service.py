@@ -220,13 +220,13 @@ def _layout(
     """(tensor_parallel_size, pipeline_parallel_size): TP x PP ranks, the same number on every
     node, one per listed device."""
     pp = _int(merged["pipeline_parallel_size"], f"{var}.pipeline_parallel_size", 1, 64)
-    count = len(nodes) or 1
+    count, per_node = len(nodes) or 1, max(len(devices), 1)
     tp = merged["tensor_parallel_size"]
     if tp is None:
-        tp = max(len(devices), 1) * count // pp
-        if tp < 1 or tp * pp != max(len(devices), 1) * count:
+        tp = per_node * count // pp
+        if tp < 1 or tp * pp != per_node * count:
             raise AcceldeployError(
-                f"{var}.pipeline_parallel_size {pp} does not divide the {max(len(devices), 1)}"
+                f"{var}.pipeline_parallel_size {pp} does not divide the {per_node}"
                 f" x {count} device(s) of the service; set tensor_parallel_size as well"
             )
     tp = _int(tp, f"{var}.tensor_parallel_size", 1, 64)

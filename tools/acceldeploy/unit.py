@@ -105,6 +105,11 @@ class UnitOptions:
         )
 
 
+def state_dir(name: str) -> str:
+    """A service's state directory (the unit's StateDirectory; Ray's session files too)."""
+    return f"{STATE_ROOT}/{name}"
+
+
 def var_name(option: str) -> str:
     """The inventory / role variable of a unit option."""
     return f"vllm_service_{option}"
@@ -211,7 +216,7 @@ class _Place:
         name = launch.name
         return cls(
             name=name,
-            state_dir=f"{STATE_ROOT}/{name}",
+            state_dir=state_dir(name),
             cache_dir=render.cache_dir(name),
             launcher_path=f"{opts.launcher_dir}/{name}.launch",
             ready_path=f"{opts.launcher_dir}/vllm-ready",
