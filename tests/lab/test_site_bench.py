@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -147,6 +149,40 @@ def test_rate_sweep_reports_the_highest_rate_that_met_the_sla(out, tmp_path):
         ok = {as_rate(r): m for r, m in sla["tried"]}[as_rate(point["rate"])]
         assert ok == (result["p99_ttft_ms"] <= 150.0 and result["failed"] == 0), point
     assert "lab1/qwen3-vl: highest rate meeting p99_ttft <= 150 ms:" in output
+
+
+def drivers_running(host: str) -> bool:
+    return on_host(host, "pgrep -f '/[d]river.py' || true").strip() != ""
+
+
+def test_ctrl_c_stops_every_hosts_driver_at_once(out, tmp_path):
+    """Both hosts in parallel; Ctrl-C while both drivers run ends bench.py with 130 within
+    seconds (not when the runs end), with no driver and no run directory left on a host."""
+    slow = {"dataset": "images", "prompts": 200, "output_len": 16, "request_rate": 0.5}
+    inventory = with_profiles(tmp_path, {"slow": slow})
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools/bench.py"), "-i", str(inventory), "--profile", "slow",
+         "--out", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not all(drivers_running(h) for h in HOSTS):
+            assert proc.poll() is None and time.monotonic() < deadline, "drivers never ran"
+            time.sleep(1)
+        time.sleep(5)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted" in output, output[-3000:]
+    assert took < 30, f"{took:.0f} s from Ctrl-C to exit"
+    for host in HOSTS:
+        assert not drivers_running(host)
+        assert on_host(host, "ls /var/tmp/acceldeploy-bench 2>/dev/null || true").strip() == ""
+        on_host(host, f"curl -sf http://127.0.0.1:800{host[-1]}/health")
 
 
 def test_bad_input_fails_before_any_request(out, tmp_path):

@@ -146,7 +146,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             with lock:
                 live.update(live_table(targets))
 
-        services = run_all(targets, run_id, out, args.restart, args.serial, changed, args.timeout)
+        try:
+            services = run_all(
+                targets, run_id, out, args.restart, args.serial, changed, args.timeout
+            )
+        except KeyboardInterrupt:
+            live.stop()
+            print(f"bench.py: interrupted; the drivers on the hosts are stopped. {out} has the "
+                  "services that finished.", file=sys.stderr)  # fmt: skip
+            return 130
     print()
     run = run_document(run_id, args, targets, services)
     if then is not None:

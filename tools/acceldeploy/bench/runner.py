@@ -10,6 +10,7 @@ import shlex
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from acceldeploy.verify.runner import connection
 REMOTE_ROOT = "/var/tmp/acceldeploy-bench"
 SETTLE_SECONDS = 3.0
 IDLE_SECONDS = 4.0
+DRIVER_POLL_SECONDS = 0.2
 EXCLUDED = ("images", "dataset.json", "dataset.template.json", "driver.py")
 
 
@@ -183,6 +185,31 @@ class EventStream:
         pass
 
 
+def run_driver(
+    conn: Any, command: str, remote: str, stream: EventStream, stop: threading.Event
+) -> Any:
+    """Runs the driver (`command`, shipped to `remote`) until it exits. Ctrl-C (KeyboardInterrupt
+    in the main thread) or `stop` (set by the main thread for the hosts' worker threads) stops it
+    on the host at once: without a pty the host never sees the Ctrl-C, and fabric would wait
+    for the driver's output to end before raising it."""
+    promise = conn.run(command, hide=True, warn=True, out_stream=stream, err_stream=stream,
+                       asynchronous=True)  # fmt: skip
+    try:
+        while not promise.runner.process_is_finished:
+            if stop.is_set():
+                raise KeyboardInterrupt
+            time.sleep(DRIVER_POLL_SECONDS)
+    except BaseException:
+        # '[d]river' keeps pkill from matching the shell that runs it.
+        pattern = shlex.quote(f"{remote}/[d]river.py")
+        gone = f"! pgrep -f {pattern} >/dev/null"
+        conn.run(f"pkill -INT -f {pattern}; for _ in $(seq 50); do {gone} && break; sleep 0.1; "
+                 f"done; pkill -KILL -f {pattern}", hide=True, warn=True)  # fmt: skip
+        promise.join()
+        raise
+    return promise.join()
+
+
 def run_target(
     target: Target,
     run_id: str,
@@ -190,6 +217,7 @@ def run_target(
     restart: bool,
     changed: Callable[[], None],
     timeout: float,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     remote = f"{REMOTE_ROOT}/{run_id}/{target.service}"
     local = out / target.host / target.service
@@ -221,13 +249,10 @@ def run_target(
         stream = EventStream(target, changed)
         command = f"{env}{shlex.quote(python)} {remote}/driver.py {remote}/plan.json"
         try:
-            result = conn.run(command, hide=True, warn=True, out_stream=stream, err_stream=stream)
+            result = run_driver(conn, command, remote, stream, stop or threading.Event())
         except BaseException:
-            # Ctrl-C here leaves the driver running on the host (no pty): stop it, clean up.
-            # '[d]river' keeps pkill from matching the shell that runs it.
-            pattern = shlex.quote(f"{remote}/[d]river.py")
-            conn.run(f"pkill -INT -f {pattern}; sleep 1; pkill -KILL -f {pattern}; {cleanup}",
-                     hide=True, warn=True)  # fmt: skip
+            # The driver is stopped by now; its directory goes too.
+            conn.run(cleanup, hide=True, warn=True)
             raise
         _fetch(conn, remote, local)
         conn.run(cleanup, hide=True)
@@ -263,17 +288,21 @@ def run_all(
     timeout: float,
 ) -> list[dict[str, Any]]:
     """Hosts in parallel (one at a time with `serial`); a host's services one after another.
-    A failing target is recorded (state error) and the others go on."""
+    A failing target is recorded (state error) and the others go on. Ctrl-C stops every
+    host's driver, then raises KeyboardInterrupt."""
     by_host: dict[str, list[Target]] = {}
     for target in targets:
         by_host.setdefault(target.host, []).append(target)
     lock = threading.Lock()
     results: list[dict[str, Any]] = []
+    stop = threading.Event()
 
     def host_job(host_targets: list[Target]) -> None:
         for target in host_targets:
             try:
-                found = run_target(target, run_id, out, restart, changed, timeout)
+                if stop.is_set():
+                    return
+                found = run_target(target, run_id, out, restart, changed, timeout, stop)
             except Exception as exc:
                 target.state.update({"event": "error", "error": str(exc)})
                 changed()
@@ -284,6 +313,13 @@ def run_all(
                 results.append(found)
 
     with ThreadPoolExecutor(max_workers=1 if serial else max(1, len(by_host))) as pool:
-        list(pool.map(host_job, by_host.values()))
+        jobs = [pool.submit(host_job, host_targets) for host_targets in by_host.values()]
+        try:
+            for job in jobs:
+                while not job.done():
+                    time.sleep(DRIVER_POLL_SECONDS)
+        except KeyboardInterrupt:
+            stop.set()
+            raise
     order = {(t.host, t.service): i for i, t in enumerate(targets)}
     return sorted(results, key=lambda r: order[(r["host"], r["service"])])
