@@ -8,7 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import drift, hostplan, targets, varcheck
+from acceldeploy import cluster, drift, hostplan, targets, varcheck
 from acceldeploy.ansible_adapter import filters, plain
 from acceldeploy.errors import AcceldeployError
 
@@ -45,6 +45,12 @@ def acceldeploy_group_errors(views: Mapping[str, Any], pins: Mapping[str, Any]) 
     nodes of a multi-node service disagree, each naming the variable."""
     keys = {host: str(key) for host, key in plain(dict(pins)).items()}
     return hostplan.group_errors(plain(dict(views)), keys)
+
+
+def acceldeploy_rollout(hosts: list[str], views: Mapping[str, Any], serial: Any) -> dict[str, Any]:
+    """ansible_play_hosts | acceldeploy_rollout({host: node view}, vllm_service_serial): the
+    serve play's batches, a multi-node group always in one batch (cluster.rollout)."""
+    return cluster.rollout([str(h) for h in hosts], plain(dict(views)), plain(serial))
 
 
 def acceldeploy_repo_path(relative: str) -> str:
@@ -105,6 +111,7 @@ class FilterModule:
             acceldeploy_node_ips,
             acceldeploy_node_view,
             acceldeploy_group_errors,
+            acceldeploy_rollout,
             acceldeploy_repo_path,
             acceldeploy_unknown_variables,
             acceldeploy_type_errors,

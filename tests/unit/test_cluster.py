@@ -269,8 +269,49 @@ def test_preflight_stops_a_group_that_names_a_host_outside_the_inventory(tmp_pat
     assert any("nodes names c3, not in the inventory" in m for m in failed), failed
 
 
-def test_a_consistent_group_passes_the_check_then_is_refused_as_not_yet_deployable(tmp_path):
+def test_a_consistent_group_passes_the_check_and_goes_on_to_first_contact(tmp_path):
     stats, failed = preflight_failures(group_inventory(tmp_path, {"g": ["a1", "a2"]}, {}))
-    assert all(s["unreachable"] == 0 and s["changed"] == 0 for s in stats.values()), stats
-    assert len(failed) == 2 and all("does not deploy them yet" in m for m in failed), failed
-    assert not any("disagree" in m for m in failed)
+    assert all(s["changed"] == 0 for s in stats.values()), stats
+    # the hosts' port is closed: the run got as far as contacting them
+    assert all(s["unreachable"] == 1 for s in stats.values()), stats
+    assert not any("disagree" in m or "nodes names" in m for m in failed), failed
+
+
+def group_views(**groups: list[str]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for name, nodes in groups.items():
+        for node in nodes:
+            out[node] = {"services": {name: {"nodes": nodes}}}
+    return out
+
+
+def test_rollout_keeps_a_group_in_one_batch_and_counts_it_as_one():
+    hosts = ["s1", "w1", "s2", "h1", "s3"]
+    groups = group_views(big=["h1", "w1"])
+    # w1 comes before its head in play order: the group takes w1's place
+    assert cluster.rollout(hosts, groups, 1) == {
+        "batch_of": {"s1": 0, "w1": 1, "h1": 1, "s2": 2, "s3": 3},
+        "sizes": [1, 2, 1, 1],
+    }
+    assert cluster.rollout(hosts, groups, 2)["sizes"] == [3, 2]
+    assert cluster.rollout(hosts, groups, "50%")["sizes"] == [3, 2]  # 4 units: 2 per batch
+    assert cluster.rollout(hosts, {}, "100%")["sizes"] == [5]
+    # a node outside the run (--limit) is not batched (preflight has refused the group)
+    assert cluster.rollout(["h1", "s1"], groups, 1)["sizes"] == [1, 1]
+
+
+@pytest.mark.parametrize("serial", [0, "many", -1, "x%"])
+def test_rollout_refuses_a_serial_that_is_not_a_count_or_share(serial):
+    with pytest.raises(AcceldeployError, match=r"vllm_service_serial must be a number >= 1"):
+        cluster.rollout(["a"], {}, serial)
+
+
+def test_two_nodes_on_one_address_are_refused_naming_the_variable():
+    service = parse_service({"name": "big", "model": "org/m", "nodes": ["a", "b"],
+                             "pipeline_parallel_size": 2}, "cpu", 0)  # fmt: skip
+    with pytest.raises(AcceldeployError, match=r"nodes a and b have the same address 127\.0\.0\.1; "
+                       r"Ray tells nodes apart by address: set acceldeploy_node_ip"):  # fmt: skip
+        cluster.place(service, "a", {"a": "127.0.0.1", "b": "127.0.0.1"})
+    assert cluster.place(service, "b", {"a": "127.0.0.11", "b": "127.0.0.12"}).head_address == (
+        "127.0.0.11:6379"
+    )

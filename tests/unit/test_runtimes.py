@@ -641,8 +641,10 @@ def test_verify_against_pins() -> None:
             {"name": "vllm_ascend", "version": "0.12.0rc1"},
             {"name": "torch", "version": "2.8.0"},
             {"name": "torch_npu", "version": "2.8.0"},
+            {"name": "ray", "version": "2.48.0"},
         ]
     )
+    assert "ray==2.48.0" in plan["requirements_text"].split()
     result = python_env.python_env_verify(plan, listing, "INFO something\n0.12.0+empty\n")
     assert result["ok"] and result["vllm"] == "0.12.0+empty"
     bad = listing.replace('"2.8.0"}, {"name": "torch_npu"', '"2.9.0"}, {"name": "torch_npu"')

@@ -51,12 +51,16 @@ def test_unknown_platform_lists_the_pinned_ones() -> None:
 
 def test_lock_lines_must_be_pins(tmp_path: Path) -> None:
     (tmp_path / "lock.txt").write_text("# comment\nsix==1.17.0  # why\n\nrich>=13\n")
-    entry = {"name": "cpu", "file": str(tmp_path / "stacks.yml"), "lock": "lock.txt"}
+    entry = {"name": "cpu", "file": str(tmp_path / "stacks.yml"), "lock": "lock.txt",
+             "ray": "2.48.0"}  # fmt: skip
     with pytest.raises(AcceldeployError, match=re.escape("not a name==version pin: 'rich>=13'")):
         stacks.lock_requirements(entry)
-    (tmp_path / "lock.txt").write_text("six==1.17.0  # why\n")
+    (tmp_path / "lock.txt").write_text("ray==2.48.0\nsix==1.17.0  # why\n")
     extra = {**entry, "extra_requirements": ["tqdm==4.0"]}
-    assert stacks.lock_requirements(extra) == ["six==1.17.0", "tqdm==4.0"]
+    assert stacks.lock_requirements(extra) == ["ray==2.48.0", "six==1.17.0", "tqdm==4.0"]
+    # the stack's Ray pin and the lock's must agree
+    with pytest.raises(AcceldeployError, match=re.escape("does not pin ray==2.47.1 (versions/")):
+        stacks.lock_requirements({**entry, "ray": "2.47.1"})
     with pytest.raises(AcceldeployError, match=r"stack's lock .* does not exist"):
         stacks.lock_requirements({**entry, "lock": "gone.txt"})
 

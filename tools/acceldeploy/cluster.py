@@ -88,6 +88,15 @@ def place(service: Service, host: str, ips: Mapping[str, str]) -> Place:
             f"{service.where}.nodes names {', '.join(missing)}, not in the inventory; add "
             "the host(s) or drop them from nodes"
         )
+    seen: dict[str, str] = {}
+    for node in service.nodes:
+        if ips[node] in seen:
+            raise AcceldeployError(
+                f"{service.where}: nodes {seen[ips[node]]} and {node} have the same address "
+                f"{ips[node]}; Ray tells nodes apart by address: set {NODE_IP_VAR} on each to "
+                "its own address on the network the nodes share"
+            )
+        seen[ips[node]] = node
     return Place(service, host, {n: ips[n] for n in service.nodes})
 
 
@@ -170,3 +179,44 @@ def _check_group(head: str, name: str, views: Mapping[str, Mapping[str, Any]]) -
                     "make them the same on every node"
                 )
     return errors
+
+
+def _per_batch(serial: Any, units: int) -> int:
+    """vllm_service_serial as Ansible reads serial: a count, or "N%" of the (rollout) units."""
+    text = str(serial).strip()
+    try:
+        count = max(1, int(units * float(text[:-1]) / 100)) if text.endswith("%") else int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise AcceldeployError(
+            f"vllm_service_serial must be a number >= 1 or a percentage such as 25%, got {serial!r}"
+        )
+    return count
+
+
+def rollout(
+    hosts: list[str], views: Mapping[str, Mapping[str, Any]], serial: Any
+) -> dict[str, Any]:
+    """The serve play's batches: `serial` rollout units at a time, a unit being one host or a
+    whole multi-node group (its nodes restart together: the head's vLLM waits for every node's
+    Ray). `hosts` in play order; a group takes its first node's place. Returns
+    {"batch_of": {host: batch number}, "sizes": [hosts per batch]} (Ansible's serial list)."""
+    units: list[list[str]] = []
+    placed: set[str] = set()
+    for host in hosts:
+        if host in placed:
+            continue
+        groups = list(views.get(host, {}).get("services", {}).values())
+        members = [n for n in groups[0]["nodes"] if n in hosts] if groups else [host]
+        members = [host, *(n for n in members if n != host)]
+        placed.update(members)
+        units.append(members)
+    per_batch = _per_batch(serial, len(units))
+    batch_of: dict[str, int] = {}
+    sizes: list[int] = []
+    for start in range(0, len(units), per_batch):
+        batch = [h for unit in units[start : start + per_batch] for h in unit]
+        batch_of.update({h: len(sizes) for h in batch})
+        sizes.append(len(batch))
+    return {"batch_of": batch_of, "sizes": sizes}

@@ -148,8 +148,10 @@ def group_errors(views: Mapping[str, Mapping[str, Any]], pins: Mapping[str, str]
 
 
 def plan_host(hostvars: Mapping[str, Any]) -> list[ServiceUnit]:
-    """Every service unit of one host from its variables."""
-    return host_plan(hostvars).units()
+    """Every unit the role installs on one host, from its variables: the Ray node units of the
+    multi-node services it is a node of (started first), then the vLLM services it runs."""
+    plan = host_plan(hostvars)
+    return [*plan.node_units(), *plan.units()]
 
 
 def host_launches(hostvars: Mapping[str, Any]) -> list[Launch]:

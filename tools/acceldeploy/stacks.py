@@ -33,12 +33,13 @@ REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
         "vllm_ascend_repo",
         "torch",
         "torch_npu",
+        "ray",
         "cann",
         "cann_compatible_drivers",
         "env_scripts",
     ),
     "gaudi": ("software", "image", "vllm_fork_ref", "vllm", "engine_options", "docker_run_args"),
-    "cpu": ("python", "vllm", "engine_options", "lock"),
+    "cpu": ("python", "vllm", "engine_options", "lock", "ray"),
 }
 
 
@@ -87,4 +88,10 @@ def lock_requirements(entry: dict[str, Any]) -> list[str]:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[^\s;]+", line):
             raise AcceldeployError(f"{lock}: not a name==version pin: {raw!r}")
         pins.append(line)
+    ray = f"ray=={entry['ray']}"
+    if ray not in pins:
+        raise AcceldeployError(
+            f"{lock} does not pin {ray} (versions/stacks.yml {entry['name']}.ray): regenerate it "
+            "or change the stack's ray to the lock's"
+        )
     return pins + [str(x) for x in entry.get("extra_requirements") or []]

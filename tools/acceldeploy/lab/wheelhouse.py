@@ -61,7 +61,14 @@ TORCH_PINS: dict[str, str] = {
 }
 # vLLM asks setuptools>=77,<81 and six on Python 3.12+; pinned on 3.11 too, so one lock
 # installs the same set on every CPython.
-EXTRA_PINS: dict[str, str] = {"setuptools": "80.9.0", "six": "1.17.0"}
+# vLLM's Ray executor (a service over several hosts): versions/stacks.yml's cpu ray pin, and
+# msgpack, the one dependency of Ray that vLLM's own requirements do not already bring.
+EXTRA_PINS: dict[str, str] = {
+    "setuptools": "80.9.0",
+    "six": "1.17.0",
+    "ray": "2.48.0",
+    "msgpack": "1.1.1",
+}
 # Left out of the lock: the project's own distribution and the venv's installer.
 UNLOCKED = frozenset({"pip", "acceldeploy"})
 

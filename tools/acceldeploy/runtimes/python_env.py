@@ -267,6 +267,7 @@ def _ascend_pins(build: _Build) -> None:
         f"vllm=={entry['vllm']}",
         f"vllm-ascend=={entry['vllm_ascend']}",
         *build.constraints,
+        f"ray=={entry['ray']}",
         *build.extra,
     ]
     build.expect = {
@@ -274,6 +275,7 @@ def _ascend_pins(build: _Build) -> None:
         "torch-npu": str(entry["torch_npu"]),
         "vllm-ascend": str(entry["vllm_ascend"]),
         "vllm": str(entry["vllm"]),
+        "ray": str(entry["ray"]),
     }
     build.expect_extra()
 
