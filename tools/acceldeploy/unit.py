@@ -229,11 +229,21 @@ class _Place:
         )
 
 
-def ray_wait_argv(launch: Launch, platform: Platform, place: _Place, image: str) -> list[str]:
+def cluster_check_argv(launch: Launch, platform: Platform, opts: UnitOptions) -> list[str]:
+    """The head's ray-wait with one look (timeout 0): exit 0 when the cluster holds every
+    node with its devices, else 1 naming the missing node (tools/verify.py runs it)."""
+    place = _Place.of(launch, platform, opts)
+    return ray_wait_argv(launch, platform, place, opts.gaudi_image or platform.image, timeout=0)
+
+
+def ray_wait_argv(
+    launch: Launch, platform: Platform, place: _Place, image: str, timeout: int | None = None
+) -> list[str]:
     """`ray-wait`: until the group's cluster holds every node, each with the devices its
     ranks need (the platform's Ray resource), or the start timeout; it names a missing node."""
     per_node = max(len(launch.devices), 1)
-    wait = [place.ray_wait_path, str(launch.cluster_address), str(max(60, place.timeout // 4)),
+    wait_for = max(60, place.timeout // 4) if timeout is None else timeout
+    wait = [place.ray_wait_path, str(launch.cluster_address), str(wait_for),
             str(launch.ray_unit), f"{platform.ray_resource}={per_node}",
             *(f"{host}={ip}" for host, ip in launch.nodes.items())]  # fmt: skip
     if platform.container:

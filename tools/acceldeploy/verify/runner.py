@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import time
 from collections.abc import Iterator
@@ -12,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_plan
+from acceldeploy.hostplan import HostPlan, host_plan, with_node_ips
 from acceldeploy.inventory import hosts_vars
 from acceldeploy.render import Launch, model_arch
 from acceldeploy.service import Service
+from acceldeploy.unit import cluster_check_argv
 from acceldeploy.verify import api, hoststate, memprobe
 from acceldeploy.verify.model import Check
 
@@ -122,16 +124,22 @@ def check_host(hostname: str, hv: dict[str, Any], options: Options) -> list[Chec
             )
         ]
     checks = [Check(hostname, "ssh", "pass", f"{conn.user}@{conn.host}:{conn.port}")]
+    nodes = plan.node_units()
     try:
-        facts = collect(conn, [x.name for x in launches], files, options.timeout)
+        units = [x.name for x in launches] + [n.name for n in nodes]
+        facts = collect(conn, units, files, options.timeout)
         checks += hoststate.judge_host(hostname, facts)
         checks += hoststate.judge_devices(hostname, platform, facts.get("smi", {}), launches)
+        for node in nodes:  # this host's Ray node of each multi-node service
+            checks += hoststate.judge_unit(hostname, node.name, facts["units"].get(node.name, {}))
         for launch in launches:
             props = facts["units"].get(launch.name, {})
             unit_checks = hoststate.judge_unit(hostname, launch.name, props)
             checks += unit_checks
             if unit_checks[0].status != "pass":
                 continue
+            if launch.ray_unit:
+                checks.append(check_cluster(conn, plan, launch, options.timeout))
             spec = services[launch.name]
             with tunnel(conn, launch) as base:
                 target = api.Target(
@@ -162,10 +170,28 @@ def check_host(hostname: str, hv: dict[str, Any], options: Options) -> list[Chec
     return checks
 
 
+def check_cluster(conn: Any, plan: HostPlan, launch: Launch, timeout: float) -> Check:
+    """On a group's head: the Ray cluster holds every node with the devices its ranks need
+    (ray-wait's one look, as the service user); a missing node is named with its fix."""
+    argv = cluster_check_argv(launch, plan.platform, plan.unit_options)
+    command = shlex.join(["runuser", "-u", plan.unit_options.user, "--", *argv])
+    result = conn.run(command, hide=True, warn=True, timeout=timeout)
+    said = (result.stdout + result.stderr).strip().splitlines()
+    last = said[-1] if said else f"exit {result.exited}"
+    if result.exited == 0:
+        return Check(plan.context.host, "cluster", "pass", last, service=launch.name)
+    return Check(plan.context.host, "cluster", "fail", last,
+                 f"on the node named: systemctl status {launch.ray_unit}; journalctl -u "
+                 f"{launch.ray_unit}", launch.name)  # fmt: skip
+
+
 def run(inventory: str, limit: str, options: Options) -> list[Check]:
     found = hosts_vars(inventory, limit)
     if not found:
         raise AcceldeployError(f"no hosts in {inventory} match --limit {limit}")
+    # a multi-node service's head needs every node's address, inside --limit or not
+    every = with_node_ips(hosts_vars(inventory) if limit != "all" else found)
+    found = {host: every[host] for host in found}
     with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
         results = pool.map(lambda item: check_host(item[0], item[1], options), found.items())
     return [check for host_checks in results for check in host_checks]
