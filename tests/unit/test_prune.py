@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from acceldeploy import prune
@@ -70,6 +71,12 @@ def test_entries_and_what_a_running_process_names(tmp_path: Path) -> None:
     assert prune.named(f"{tmp_path}/venv-2", prune.file_texts([f"{tmp_path}/*.launch"]))
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", f"{tmp_path}/venv-3"])  # fmt: skip
     try:
+        # Popen returns once the child's exec has closed its pipe, which is before the kernel
+        # has set up the new command line: under load /proc shows it empty for a moment.
+        cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while b"venv-3" not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         texts = prune.command_lines(os.getpid())
         assert prune.named(f"{tmp_path}/venv-3", texts)
     finally:
