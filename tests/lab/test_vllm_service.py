@@ -187,6 +187,26 @@ def test_killed_vllm_is_restarted(converged, inventory, hosts):
     assert serving(hostvars, port_of(inventory, host))
 
 
+def test_a_dead_engine_restarts_the_service(converged, inventory, hosts):
+    """The OOM killer's usual victim is the engine core, the biggest process. vLLM 0.12's API
+    server then shuts down and exits 0, so only `Restart=always` brings the service back."""
+    host, hostvars = list(hosts.items())[-1]
+    old = show(hostvars, "MainPID")
+    restarts = int(show(hostvars, "NRestarts"))
+    on(hostvars, f"pkill -KILL -P {old} -f VLLM::EngineCore")
+    assert wait_for(
+        lambda: (
+            show(hostvars, "ActiveState") == "active"
+            and show(hostvars, "MainPID") not in ("0", old)
+        ),
+        240,
+    )
+    assert int(show(hostvars, "NRestarts")) == restarts + 1
+    journal = on(hostvars, f"journalctl _PID={old} -o cat --no-pager")
+    assert "EngineDeadError" in journal and "Finished server process" in journal
+    assert serving(hostvars, port_of(inventory, host))
+
+
 @pytest.mark.slow  # ~5 min: two models+serve round trips and a check-mode preview
 def test_new_model_revision_switches_then_the_old_is_pruned(converged, inventory, hosts, tmp_path):
     """The served model at its commit id instead of `main` on the host that pulls from the

@@ -65,7 +65,7 @@ ExecStop=/usr/bin/python3 /usr/local/libexec/acceldeploy/vllm-drain http://127.0
 TimeoutStartSec=1800
 TimeoutStopSec=180
 KillMode=mixed
-Restart=on-failure
+Restart=always
 RestartSec=10
 LimitNOFILE=65536
 LimitMEMLOCK=infinity
@@ -241,7 +241,7 @@ def test_lab_argv_env_and_directives():
     assert service["User"] == "vllm" and "SupplementaryGroups" not in service
     assert service["ExecStart"] == "/usr/local/libexec/acceldeploy/qwen3-vl.launch"
     assert service["ExecStartPost"].endswith("vllm-ready http://127.0.0.1:8001/health 300")
-    assert service["TimeoutStartSec"] == "300" and service["Restart"] == "on-failure"
+    assert service["TimeoutStartSec"] == "300" and service["Restart"] == "always"
     assert dict((d[0], d[1]) for d in sections["Unit"])["StartLimitBurst"] == "3"
     assert "PrivateDevices" not in service and "MemoryDenyWriteExecute" not in service
     assert service["IPAddressDeny"] == "any"

@@ -337,7 +337,8 @@ def _service_directives(
         ("TimeoutStartSec", str(place.timeout)),
         ("TimeoutStopSec", str(60 + opts.drain_timeout)),
         ("KillMode", "mixed"),
-        ("Restart", "on-failure"),
+        # vLLM exits 0 when its engine core dies (killed by the OOM killer, say)
+        ("Restart", "always"),
         ("RestartSec", str(opts.restart_sec)),
         ("LimitNOFILE", "65536"),
         ("LimitMEMLOCK", "infinity"),
