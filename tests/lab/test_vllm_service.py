@@ -169,19 +169,23 @@ def test_second_run_changes_and_restarts_nothing(converged, inventory, hosts):
     assert repaired.changed(host) == 1 and show(hostvars, "MainPID") == converged["pids"][host]
 
 
+def restarted(hostvars: dict, old_pid: str) -> bool:
+    return wait_for(
+        lambda: (
+            show(hostvars, "ActiveState") == "active"
+            and show(hostvars, "MainPID") not in ("0", old_pid)
+        ),
+        240,
+    )
+
+
 def test_killed_vllm_is_restarted(converged, inventory, hosts):
     host, hostvars = next(iter(hosts.items()))
     old = show(hostvars, "MainPID")
     restarts = int(show(hostvars, "NRestarts"))
     started = time.monotonic()
     on(hostvars, f"kill -9 {old}")
-    assert wait_for(
-        lambda: (
-            show(hostvars, "ActiveState") == "active"
-            and show(hostvars, "MainPID") not in ("0", old)
-        ),
-        240,
-    )
+    assert restarted(hostvars, old)
     print(f"restart after kill: {time.monotonic() - started:.0f}s")
     assert int(show(hostvars, "NRestarts")) == restarts + 1
     assert serving(hostvars, port_of(inventory, host))
@@ -194,13 +198,7 @@ def test_a_dead_engine_restarts_the_service(converged, inventory, hosts):
     old = show(hostvars, "MainPID")
     restarts = int(show(hostvars, "NRestarts"))
     on(hostvars, f"pkill -KILL -P {old} -f VLLM::EngineCore")
-    assert wait_for(
-        lambda: (
-            show(hostvars, "ActiveState") == "active"
-            and show(hostvars, "MainPID") not in ("0", old)
-        ),
-        240,
-    )
+    assert restarted(hostvars, old)
     assert int(show(hostvars, "NRestarts")) == restarts + 1
     journal = on(hostvars, f"journalctl _PID={old} -o cat --no-pager")
     assert "EngineDeadError" in journal and "Finished server process" in journal
