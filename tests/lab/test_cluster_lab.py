@@ -18,7 +18,7 @@ import time
 import pytest
 from ansible_run import run_playbook
 from labhost import ROOT, on_host
-from vllm_client import wait_healthy
+from vllm_client import chat, wait_healthy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -46,15 +46,9 @@ def alive_nodes() -> list[str]:
     return json.loads(on_host("lab1", RAY_STATUS).strip().splitlines()[-1].replace("'", '"'))
 
 
-def completion() -> str:
-    import urllib.request
-
-    body = json.dumps({"model": SERVICE, "prompt": "Hello", "max_tokens": 4}).encode()
-    request = urllib.request.Request(
-        f"{BASE}/v1/completions", body, {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=120) as answer:
-        return str(json.load(answer)["choices"][0]["text"])
+def answers() -> bool:
+    reply = chat(BASE, SERVICE, "Hello", max_tokens=4)
+    return reply["choices"][0]["finish_reason"] in ("length", "stop")
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +65,7 @@ def test_site_deploys_the_group_and_reruns_as_a_no_op(deployed: None) -> None:
     journal = on_host("lab1", f"journalctl -u {SERVICE} -o cat --no-pager")
     assert "ray-wait: the cluster at 127.0.0.11:6390 holds all 2 nodes" in journal
     assert "ray is not supported on CPU, fallback to mp" in journal  # see the docstring
-    assert completion()
+    assert answers()
     second = run_playbook("site.yml", INVENTORY, timeout=1200)
     assert second.ok, second.output[-6000:]
     assert second.changed("lab1") == 0 and second.changed("lab2") == 0, second.output[-6000:]
@@ -91,7 +85,7 @@ def test_a_killed_worker_rejoins_and_a_stopped_one_is_named(deployed: None) -> N
         assert time.monotonic() < deadline, "the worker did not rejoin"
         time.sleep(5)
     wait_healthy(BASE, 300)
-    assert completion()
+    assert answers()
 
     on_host("lab2", f"systemctl stop {RAY}")
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from acceldeploy import stacks
 from acceldeploy.errors import AcceldeployError
@@ -461,6 +462,29 @@ def test_hccl_argv_is_seed_004s_command_in_the_image() -> None:
     assert argv[-1].endswith(
         "run_hccl_demo.py --nranks 8 --node_id 0 --size 32m --test all_reduce --loop 1000 --ranks_per_node 8"
     )
+
+
+def test_hccl_scale_out_of_the_two_node_example() -> None:
+    """inventory/examples/gaudi2-2node: both nodes meet at the first node's HCCL_COMM_ID with
+    16 ranks, each its own --node_id, with libfabric on the library path."""
+    stack = stacks.stack("gaudi")
+    inventory = yaml.safe_load((ROOT / "inventory/examples/gaudi2-2node/hosts.yml").read_text())
+    group = inventory["all"]["children"]["gaudi"]
+    argvs = {}
+    for name, host in group["hosts"].items():
+        inputs = {key.removeprefix("gaudi_runtime_"): value
+                  for key, value in {**group["vars"], **host}.items()}  # fmt: skip
+        argvs[name] = gaudi.gaudi_hccl_argv(stack, gaudi.gaudi_options(inputs, stack))
+    for node_id, argv in enumerate(argvs.values()):
+        assert "HCCL_COMM_ID=192.0.2.41:5555" in argv
+        assert argv[-1].startswith(
+            "export LIBFABRIC_ROOT=/opt/libfabric LD_LIBRARY_PATH=/opt/libfabric/lib:$LD_LIBRARY_PATH; make -j"
+        )
+        assert f"--nranks 16 --node_id {node_id} --ranks_per_node 8" in argv[-1]
+    with pytest.raises(AcceldeployError, match=re.escape("gaudi_runtime_hccl_comm_id")):
+        gaudi.gaudi_options({"hccl_comm_id": "192.0.2.41"}, stack)
+    with pytest.raises(AcceldeployError, match=re.escape("gaudi_runtime_hccl_libfabric_root")):
+        gaudi.gaudi_options({"hccl_libfabric_root": "opt/libfabric"}, stack)
 
 
 def test_daemon_json_keeps_other_settings() -> None:

@@ -102,8 +102,22 @@ def gaudi_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[s
             f"gaudi_runtime_hccl_min_nw_gbps must be a number >= 0 (GB/s; 0 records only), "
             f"got {inputs.get('hccl_min_nw_gbps')!r}"
         )
+    comm_id = str(inputs.get("hccl_comm_id") or "127.0.0.1:5555")
+    if not re.fullmatch(r"[A-Za-z0-9.-]+:\d{1,5}", comm_id):
+        raise AcceldeployError(
+            f"gaudi_runtime_hccl_comm_id is the first node's address:port (HCCL_COMM_ID), "
+            f"got {comm_id!r}"
+        )
+    libfabric = str(inputs.get("hccl_libfabric_root") or "")
+    if libfabric and not libfabric.startswith("/"):
+        raise AcceldeployError(
+            f"gaudi_runtime_hccl_libfabric_root must be an absolute path in the image, "
+            f"got {libfabric!r}"
+        )
     return {
         **inputs,
+        "hccl_comm_id": comm_id,
+        "hccl_libfabric_root": libfabric,
         "driver_match": match,
         "devices": devices,
         "image": image,
@@ -116,16 +130,24 @@ def gaudi_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[s
 
 def gaudi_hccl_argv(stack_entry: dict[str, Any], options: dict[str, Any]) -> list[str]:
     """Seed 004's HCCL check in the image: build hccl_demo (the operator's checkout, mounted)
-    and run the 8-rank all_reduce; the output goes through parse_hccl_demo."""
+    and run the 8-rank all_reduce; the output goes through parse_hccl_demo. Scale-out runs it
+    on every node at once, each with its ``--node_id`` and the first node's HCCL_COMM_ID,
+    through libfabric and hccl_ofi_wrapper when their root is given."""
     demo = str(options.get("hccl_demo_dir") or "/opt/hccl_demo")
     args = [str(a) for a in options.get("hccl_args") or []] or [
         "--nranks", "8", "--node_id", "0", "--size", "32m", "--test", "all_reduce",
         "--loop", "1000", "--ranks_per_node", "8",
     ]  # fmt: skip
     script = "make -j && exec python3 run_hccl_demo.py " + shlex.join(args)
+    libfabric = str(options.get("hccl_libfabric_root") or "")
+    if libfabric:
+        root = shlex.quote(libfabric)
+        script = (f"export LIBFABRIC_ROOT={root} LD_LIBRARY_PATH={root}/lib:$LD_LIBRARY_PATH; "
+                  + script)  # fmt: skip
+    comm_id = str(options.get("hccl_comm_id") or "127.0.0.1:5555")
     return [
         "docker", "run", "--rm", *[str(a) for a in stack_entry["docker_run_args"]],
-        "-e", "HCCL_COMM_ID=127.0.0.1:5555", "-v", f"{demo}:/hccl_demo", "-w", "/hccl_demo",
+        "-e", f"HCCL_COMM_ID={comm_id}", "-v", f"{demo}:/hccl_demo", "-w", "/hccl_demo",
         str(options.get("image") or stack_entry["image"]), "bash", "-c", script,
     ]  # fmt: skip
 
