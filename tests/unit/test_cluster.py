@@ -315,3 +315,21 @@ def test_two_nodes_on_one_address_are_refused_naming_the_variable():
     assert cluster.place(service, "b", {"a": "127.0.0.11", "b": "127.0.0.12"}).head_address == (
         "127.0.0.11:6379"
     )
+
+
+def test_verify_checks_the_devices_of_a_worker_nodes_ranks():
+    """npu-02 serves no API (the head does), but its eight NPUs hold half the ranks: verify's
+    device check wants them healthy there, and names the one npu-smi reports not OK."""
+    from acceldeploy.verify import hoststate
+
+    smi_text = (ROOT / "tests/data/recorded/npu-smi-info-910b1-x8.txt").read_text()
+    plan = hostplan.host_plan(inventory(ASCEND)["npu-02"])
+    assert not plan.launches()
+    (ok,) = hoststate.judge_devices("npu-02", "ascend", {"npu-smi": {"rc": 0, "out": smi_text}},
+                                    plan.services)  # fmt: skip
+    assert ok.status == "pass" and "used [0, 1, 2, 3, 4, 5, 6, 7] healthy" in ok.detail
+    chip3 = next(line for line in smi_text.splitlines() if line.startswith("| 3 "))
+    sick = smi_text.replace(chip3, chip3.replace("OK", "Warning", 1), 1)
+    (bad,) = hoststate.judge_devices("npu-02", "ascend", {"npu-smi": {"rc": 0, "out": sick}},
+                                     plan.services)  # fmt: skip
+    assert bad.status == "fail" and "3: 'Warning'" in bad.detail, bad.detail

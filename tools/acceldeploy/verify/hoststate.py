@@ -253,9 +253,10 @@ def judge_unit(host: str, service: str, props: dict[str, Any]) -> list[Check]:
 
 
 def judge_devices(
-    host: str, platform: str, smi: dict[str, dict[str, Any]], launches: list[Any]
+    host: str, platform: str, smi: dict[str, dict[str, Any]], users: list[Any]
 ) -> list[Check]:
-    """Devices visible and healthy, from npu-smi / hl-smi output (parsers: runtimes.py)."""
+    """The devices ``users`` (services, each with ``devices``) take, visible and healthy,
+    from npu-smi / hl-smi output (parsers: runtimes.py)."""
     tool = {"ascend": "npu-smi", "gaudi": "hl-smi"}.get(platform)
     if tool is None:
         return [Check(host, "devices", "skip", f"platform {platform} has no accelerator")]
@@ -282,7 +283,7 @@ def judge_devices(
         ]
     from acceldeploy import runtimes
 
-    wanted = sorted({d for launch in launches for d in launch.devices})
+    wanted = sorted({d for user in users for d in user.devices})
     if platform == "ascend":
         info = runtimes.parse_npu_smi_info(result["out"])
         seen = {chip.npu: chip.health for chip in info.chips}

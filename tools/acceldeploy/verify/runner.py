@@ -129,7 +129,8 @@ def check_host(hostname: str, hv: dict[str, Any], options: Options) -> list[Chec
         units = [x.name for x in launches] + [n.name for n in nodes]
         facts = collect(conn, units, files, options.timeout)
         checks += hoststate.judge_host(hostname, facts)
-        checks += hoststate.judge_devices(hostname, platform, facts.get("smi", {}), launches)
+        # every service's devices here, a group's ranks on a worker node too
+        checks += hoststate.judge_devices(hostname, platform, facts.get("smi", {}), plan.services)
         for node in nodes:  # this host's Ray node of each multi-node service
             checks += hoststate.judge_unit(hostname, node.name, facts["units"].get(node.name, {}))
         for launch in launches:
