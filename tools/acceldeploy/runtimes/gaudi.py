@@ -28,6 +28,8 @@ from acceldeploy.runtimes.smi import HlSmi, parse_hl_smi, parse_hl_smi_modules, 
 from acceldeploy.runtimes.versions import leading_numbers, same_version
 
 T = TypeVar("T")
+# Seed 004's HCCL_COMM_ID: one node's check meets on its own loopback
+HCCL_COMM_ID = "127.0.0.1:5555"
 
 
 def _software(version: str) -> tuple[int, ...]:
@@ -102,7 +104,7 @@ def gaudi_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[s
             f"gaudi_runtime_hccl_min_nw_gbps must be a number >= 0 (GB/s; 0 records only), "
             f"got {inputs.get('hccl_min_nw_gbps')!r}"
         )
-    comm_id = str(inputs.get("hccl_comm_id") or "127.0.0.1:5555")
+    comm_id = str(inputs.get("hccl_comm_id") or HCCL_COMM_ID)
     if not re.fullmatch(r"[A-Za-z0-9.-]+:\d{1,5}", comm_id):
         raise AcceldeployError(
             f"gaudi_runtime_hccl_comm_id is the first node's address:port (HCCL_COMM_ID), "
@@ -144,7 +146,7 @@ def gaudi_hccl_argv(stack_entry: dict[str, Any], options: dict[str, Any]) -> lis
         root = shlex.quote(libfabric)
         script = (f"export LIBFABRIC_ROOT={root} LD_LIBRARY_PATH={root}/lib:$LD_LIBRARY_PATH; "
                   + script)  # fmt: skip
-    comm_id = str(options.get("hccl_comm_id") or "127.0.0.1:5555")
+    comm_id = str(options.get("hccl_comm_id") or HCCL_COMM_ID)
     return [
         "docker", "run", "--rm", *[str(a) for a in stack_entry["docker_run_args"]],
         "-e", f"HCCL_COMM_ID={comm_id}", "-v", f"{demo}:/hccl_demo", "-w", "/hccl_demo",
