@@ -267,23 +267,27 @@ def test_retune_restart_drains_the_requests_in_flight(converged, inventory, host
     mark = f"/run/acceldeploy-test-drained-{NAME}"
     body = {"model": NAME, "prompt": "Hello", "max_tokens": DRAIN_TOKENS, "ignore_eos": True}
     drained, stop = threading.Event(), threading.Event()
-    answers: list[tuple[Any, Any]] = []
+    answers: list[tuple[Any, Any, str]] = []
     other_answers: list[int] = []
     ran: dict[str, Any] = {}
     retune = overlay(inventory, tmp_path, {host: {
         "acceldeploy_services": service_spec(inventory, host, env={"RETUNE": "1"}),
         "vllm_service_drain_hook": "/usr/bin/touch /run/acceldeploy-test-drained-%N",
         "vllm_service_ready_hook": "/usr/bin/rm -f /run/acceldeploy-test-drained-%N",
+        # room for a CI machine where the lab generates several times slower than here
+        "vllm_service_drain_timeout": 600,
     }})  # fmt: skip
 
     def client(delay: float) -> None:
         time.sleep(delay)
         while not drained.is_set():
+            sent = time.monotonic()
             try:
                 status, raw = http(f"http://127.0.0.1:{port}/v1/completions", body, 900)
             except OSError as exc:  # the connection cut: what draining prevents
                 status, raw = str(exc), b"{}"
-            answers.append((status, json.loads(raw or b"{}").get("usage", {})))
+            usage = json.loads(raw or b"{}").get("usage", {})
+            answers.append((status, usage, f"{time.monotonic() - sent:.0f}s"))
 
     def balancer() -> None:
         while not stop.is_set() and not drained.is_set():
@@ -318,12 +322,11 @@ def test_retune_restart_drains_the_requests_in_flight(converged, inventory, host
             thread.join(timeout=900)
     run = ran["run"]
     assert run.ok, run.output
-    print(f"long completions: {len(answers)}; other host: {len(other_answers)} answers")
-    assert answers and all(status == 200 for status, _ in answers), answers
-    assert all(usage.get("completion_tokens") == DRAIN_TOKENS for _, usage in answers), answers
-    assert show(hostvars, "MainPID") != old_pid and "RETUNE=1" in show(hostvars, "Environment")
     journal = on(hostvars, f"journalctl -u {NAME} -o cat --no-pager -n 400 | grep vllm-drain")
-    print(journal)
+    print(f"long completions: {answers}; other host: {len(other_answers)} answers\n{journal}")
+    assert answers and all(status == 200 for status, _, _ in answers), (answers, journal)
+    assert all(usage.get("completion_tokens") == DRAIN_TOKENS for _, usage, _ in answers), answers
+    assert show(hostvars, "MainPID") != old_pid and "RETUNE=1" in show(hostvars, "Environment")
     found = re.findall(r"vllm-drain: drained (\d+) request\(s\)", journal)
     assert found and int(found[-1]) >= 1, journal
     assert ssh(hostvars, f"test -e {mark}", timeout=30).returncode != 0  # the ready hook ran

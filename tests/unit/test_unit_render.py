@@ -432,15 +432,20 @@ def test_planned_stops_drain_and_hooks_run_as_root_without_blocking() -> None:
 
 def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
     """roles/vllm_service/files/vllm-drain against a real HTTP server whose /metrics shows
-    one running request for ~1.5 s: it waits that long, says so, and exits 0."""
+    one running request for ~1.5 s: it waits that long, says so, and exits 0. A /metrics too
+    busy to answer within its 5 s is waited for, not taken for a server that is gone."""
     import http.server
     import threading
     import time
 
     started = time.monotonic()
+    slow = threading.Event()
 
     class Metrics(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if slow.is_set():
+                slow.clear()
+                time.sleep(6)
             running = 1 if time.monotonic() - started < 1.5 else 0
             body = (f'vllm:num_requests_running{{model_name="m"}} {running}.0\n'
                     'vllm:num_requests_waiting{model_name="m"} 0.0\n').encode()  # fmt: skip
@@ -464,6 +469,12 @@ def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
         timed_out = subprocess.run([sys.executable, str(drain), url, "0"], capture_output=True,
                                    text=True, timeout=60)  # fmt: skip
         assert timed_out.returncode == 0
+        slow.set()
+        busy = time.monotonic()
+        waited = subprocess.run([sys.executable, str(drain), url, "30"], capture_output=True,
+                                text=True, timeout=60)  # fmt: skip
+        assert waited.returncode == 0 and "drained 0 request(s)" in waited.stdout, waited
+        assert time.monotonic() - busy >= 5
     finally:
         server.shutdown()
     silent = subprocess.run([sys.executable, str(drain), "http://127.0.0.1:9", "30"],
