@@ -164,7 +164,7 @@ class PlaybookRun:
 
 
 def run_playbook(
-    playbook: str | Path,
+    playbook: str | Path | Sequence[str | Path],
     inventory: str | Path | None = None,
     extra_vars: Mapping[str, Any] | None = None,
     *,
@@ -177,13 +177,14 @@ def run_playbook(
     env: Mapping[str, str] | None = None,
     timeout: float = 900,
 ) -> PlaybookRun:
-    """Run a playbook (path relative to the repository or absolute) and parse its JSON output.
+    """Run a playbook (path relative to the repository or absolute; several, one after the
+    other, in one ansible-playbook) and parse its JSON output.
 
     Extra vars go as one JSON document, so their types survive (``-e key=value`` makes
     strings). A run that does not print JSON (a syntax error) still returns, with ``data``
     empty and the text in stdout / stderr.
     """
-    argv = [ansible_bin(), str(playbook), "-i", str(inventory or lab_inventory())]
+    argv = [ansible_bin(), "-i", str(inventory or lab_inventory())]
     if extra_vars:
         argv += ["-e", json.dumps(dict(extra_vars))]
     if check:
@@ -197,6 +198,7 @@ def run_playbook(
     if skip_tags:
         argv += ["--skip-tags", ",".join(skip_tags)]
     argv += list(args)
+    argv += [str(playbook)] if isinstance(playbook, (str, Path)) else [str(p) for p in playbook]
     run_env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
