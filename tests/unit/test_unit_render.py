@@ -433,8 +433,10 @@ def test_planned_stops_drain_and_hooks_run_as_root_without_blocking() -> None:
 def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
     """roles/vllm_service/files/vllm-drain against a real HTTP server whose /metrics shows
     one running request for ~1.5 s: it waits that long, says so, and exits 0. A /metrics too
-    busy to answer within its 5 s is waited for, not taken for a server that is gone."""
+    busy to answer within its 5 s is waited for, not taken for a server that is gone; an open
+    client connection is waited for too."""
     import http.server
+    import socket
     import threading
     import time
 
@@ -475,6 +477,15 @@ def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
                                 text=True, timeout=60)  # fmt: skip
         assert waited.returncode == 0 and "drained 0 request(s)" in waited.stdout, waited
         assert time.monotonic() - busy >= 5
+        # /metrics says 0, but a client's connection is open (a request the engine has not
+        # seen yet): the drain waits until it closes
+        client = socket.create_connection(server.server_address[:2])
+        threading.Timer(2.0, client.close).start()
+        held = time.monotonic()
+        waited = subprocess.run([sys.executable, str(drain), url, "30"], capture_output=True,
+                                text=True, timeout=60)  # fmt: skip
+        assert waited.returncode == 0 and "drained 1 request(s)" in waited.stdout, waited
+        assert time.monotonic() - held >= 2
     finally:
         server.shutdown()
     silent = subprocess.run([sys.executable, str(drain), "http://127.0.0.1:9", "30"],
