@@ -242,3 +242,46 @@ def test_device_memory_from_recorded_smi_output():
     assert set(found) == {"hpu0"}
     cpu = series.device_memory("cpu", [], {"pss_mib": 812.5, "rss_mib": 900.0})
     assert cpu == {series.CPU_DEVICE: 812.5}
+
+
+def test_a_phase_begins_only_after_the_sample_under_way_is_written(tmp_path):
+    """A sample reads memory (slow: a big server's smaps) and then /metrics. A round's
+    requests go out right after mark() returns; none may be counted in the phase before."""
+    import http.server
+    import threading
+    import time
+
+    started = threading.Event()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = f"vllm:num_requests_running {int(started.is_set())}\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    plan = {
+        "base_url": f"http://127.0.0.1:{server.server_address[1]}",
+        "memory_source": "command", "memory_command": ["sh", "-c", "sleep 0.4; echo 1"],
+        "sample_interval": 0.2,
+    }  # fmt: skip
+    sampler = driver.Sampler(plan, tmp_path / "samples.jsonl")
+    sampler.start()
+    time.sleep(0.3)  # inside the second sample's memory reading
+    driver.mark(sampler, "round 1", 0)
+    started.set()  # the round's requests
+    time.sleep(1.0)
+    sampler.halt.set()
+    sampler.wake.set()
+    sampler.join()
+    server.shutdown()
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert {r["phase"] for r in rows} == {"client start", "round 1"}
+    assert all(r["metrics"]["running"] == 0 for r in rows if r["phase"] == "client start"), rows
+    assert rows[-1]["phase"] == "round 1" and rows[-1]["metrics"]["running"] == 1

@@ -144,12 +144,15 @@ def http_get(url: str, timeout: float = 5.0) -> str:
 
 class Sampler(threading.Thread):
     """Memory and /metrics every `interval` seconds into samples.jsonl, tagged with the
-    current phase."""
+    current phase. A sample is taken under `lock` and a phase changes under it, so every
+    reading tagged with a phase was read inside it: a round's window never takes in the next
+    round's first requests (reading a big server's smaps takes a second or more)."""
 
     def __init__(self, plan: dict[str, Any], out: Path) -> None:
         super().__init__(daemon=True)
         self.plan, self.out, self.phase = plan, out, "client start"
         self.halt = threading.Event()
+        self.lock = threading.Lock()
         # set by mark(): every phase gets a sample at its start, however short it is
         self.wake = threading.Event()
 
@@ -166,8 +169,9 @@ class Sampler(threading.Thread):
         with self.out.open("a") as f:
             while not self.halt.is_set():
                 started = time.monotonic()
-                f.write(json.dumps(self.sample()) + "\n")
-                f.flush()
+                with self.lock:
+                    f.write(json.dumps(self.sample()) + "\n")
+                    f.flush()
                 self.wake.wait(
                     max(0.0, self.plan["sample_interval"] - (time.monotonic() - started))
                 )
@@ -175,8 +179,10 @@ class Sampler(threading.Thread):
 
 
 def mark(sampler: Sampler, phase: str, settle: float) -> None:
-    """Enter `phase` and let the sampler record it for `settle` seconds."""
-    sampler.phase = phase
+    """Enter `phase` (once the sample under way is written) and let the sampler record it for
+    `settle` seconds."""
+    with sampler.lock:
+        sampler.phase = phase
     sampler.wake.set()
     emit("phase", phase=phase)
     time.sleep(settle)
