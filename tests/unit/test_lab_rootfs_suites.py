@@ -2,6 +2,7 @@
 build around debootstrap (faked), host specs, status and inventory. No root, no network."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,7 @@ def test_configure_writes_the_suites_sources_masks_and_stamp(tmp_path):
 
 
 def fake_debootstrap(calls):
-    def run(suite, target, debs, mirror_url, log):
+    def run(suite, target, debs, mirror_url, log, stop=None):
         calls.append((suite.name, debs, log))
         for rel in DEBOOTSTRAPPED_DIRS:
             (target / rel).mkdir(parents=True)
@@ -104,6 +105,29 @@ def test_ensure_rootfs_builds_each_suite_once_in_its_own_place(tmp_path, monkeyp
         ".lock-bullseye",
         ".lock-trixie",
     ]
+
+
+def test_a_build_in_a_worker_thread_stops_when_the_prepare_gives_up(tmp_path, monkeypatch):
+    """stack.prepare builds the trees in threads, which see no SIGTERM: its stop event ends
+    the debootstrap's whole process group within a second or so."""
+    import threading
+    import time
+
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin/debootstrap"
+    script.write_text('#!/bin/sh\necho $$ > "$0.pid"\nsleep 60\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(rootfs.RootfsError, match="stopped"):
+        rootfs._debootstrap(
+            TRIXIE, tmp_path / "t", tmp_path, "http://127.0.0.1:9/", tmp_path / "log", stop
+        )
+    assert time.monotonic() - started < 5
+    pid = int((tmp_path / "bin/debootstrap.pid").read_text())
+    assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
 
 
 def host_spec(tmp_path, suite):

