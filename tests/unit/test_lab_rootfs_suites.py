@@ -130,6 +130,31 @@ def test_a_build_in_a_worker_thread_stops_when_the_prepare_gives_up(tmp_path, mo
     assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
 
 
+def test_prepare_builds_the_trees_beside_the_stack_and_stops_them_when_it_fails(monkeypatch):
+    import threading
+
+    from acceldeploy.lab import stack
+
+    building = threading.Barrier(3, timeout=5)  # both trees and the stack at once
+
+    told_to_stop = []
+
+    def tree(cache, suite, say, stop):
+        building.wait()
+        told_to_stop.append(stop.wait(5))
+        raise rootfs.RootfsError("debootstrap stopped")
+
+    def failing_stack(cache):
+        building.wait()
+        raise OSError("wheels: no space left on device")
+
+    monkeypatch.setattr(rootfs, "ensure_rootfs", tree)
+    monkeypatch.setattr(stack, "_serving_stack", failing_stack)
+    with pytest.raises(OSError, match="no space"):
+        stack.prepare(Path("/nonexistent"), [TRIXIE, BULLSEYE])
+    assert told_to_stop == [True, True]
+
+
 def host_spec(tmp_path, suite):
     return hosts.HostSpec(
         name="lab2",
