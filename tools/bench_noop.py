@@ -49,6 +49,17 @@ LAB = [sys.executable, str(ROOT / "tools" / "lab.py")]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 INVENTORY = ROOT / "inventory" / "lab"
 STAGES = {"host": "playbooks/host.yml", "models": "playbooks/models.yml"}
+# The floor any drift check stands on: one module call per host, no facts. Its "vs 1 host"
+# is what this machine's cores allow Ansible when hosts are added, whatever the playbook.
+FLOOR = "floor.yml"
+FLOOR_PLAY = [
+    {
+        "name": "Floor - one module call per host",
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [{"name": "Ping", "ansible.builtin.ping": None}],
+    }
+]
 # Ansible's own defaults for what ansible.cfg tunes (the plays' fact gathering: stock_copy).
 STOCK = {
     "ANSIBLE_FORKS": "5",
@@ -127,6 +138,7 @@ def stock_copy() -> Iterator[Path]:
             plays = [stock_play(p) for p in yaml.safe_load(source.read_text()) or []]
             target = top / source.relative_to(ROOT)
             target.write_text(yaml.safe_dump(plays, sort_keys=False, width=100))
+        (top / FLOOR).write_text(yaml.safe_dump([stock_play(p) for p in FLOOR_PLAY]))
         (top / "playbooks" / "tasks").symlink_to(ROOT / "playbooks" / "tasks")
         (top / "tools").symlink_to(ROOT / "tools")  # verify.yml: {{ playbook_dir }}/../tools
         yield top
@@ -148,16 +160,27 @@ def mitogen_env(directory: Path | None) -> dict[str, str] | None:
     }
 
 
+@contextmanager
+def floor_playbook() -> Iterator[str]:
+    top = Path(tempfile.mkdtemp(prefix=".bench-floor-", dir=ROOT))
+    try:
+        (top / FLOOR).write_text(yaml.safe_dump(FLOOR_PLAY, sort_keys=False))
+        yield str(top / FLOOR)
+    finally:
+        shutil.rmtree(top)
+
+
 def bench_stage(
     hosts: int, stage: str, playbook: str, runs: int, mitogen: dict[str, str] | None = None
 ) -> Row:
     row = Row(hosts, stage, [], [])
-    with stock_copy() as stock:
+    with stock_copy() as stock, floor_playbook() as floor:
+        tuned = floor if playbook == FLOOR else playbook
         for _ in range(runs):
-            row.tuned.append(play(playbook))
+            row.tuned.append(play(tuned))
             row.stock.append(play(str(stock / playbook), STOCK))
             if mitogen:
-                row.mitogen.append(play(playbook, mitogen))
+                row.mitogen.append(play(tuned, mitogen))
     say(
         f"    {hosts} hosts, {stage}: {statistics.median(row.tuned):.1f} s tuned, "
         f"{statistics.median(row.stock):.1f} s stock"
@@ -171,8 +194,9 @@ def bench_hosts(count: int, runs: int, mitogen: dict[str, str] | None) -> list[R
     lab("up", "--hosts", str(count))
     for playbook in STAGES.values():
         play(playbook, noop=False)
+    stages = {**STAGES, "floor": FLOOR}
     return [
-        bench_stage(count, stage, playbook, runs, mitogen) for stage, playbook in STAGES.items()
+        bench_stage(count, stage, playbook, runs, mitogen) for stage, playbook in stages.items()
     ]
 
 
