@@ -3,6 +3,7 @@ one in its own session with a pid file, wait until it answers, stop it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from acceldeploy.lab.processes import pid_alive
 
 TOOLS_DIR = Path(__file__).resolve().parents[2]
 
@@ -24,16 +27,6 @@ class Daemon:
     pid_file: Path
     log_file: Path
     marker: str
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def running_pid(daemon: Daemon) -> int | None:
@@ -106,8 +99,11 @@ def stop(daemon: Daemon, timeout: float = 10.0) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
+    # A server this process started stays a zombie until reaped: dead, not "still stopping".
     while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.1)
     if pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
     return True
