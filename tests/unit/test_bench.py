@@ -247,25 +247,13 @@ def test_device_memory_from_recorded_smi_output():
 def test_a_phase_begins_only_after_the_sample_under_way_is_written(tmp_path):
     """A sample reads memory (slow: a big server's smaps) and then /metrics. A round's
     requests go out right after mark() returns; none may be counted in the phase before."""
-    import http.server
     import threading
     import time
 
+    from metrics_endpoint import serve
+
     started = threading.Event()
-
-    class Metrics(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = f"vllm:num_requests_running {int(started.is_set())}\n".encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(lambda: f"vllm:num_requests_running {int(started.is_set())}\n".encode())
     plan = {
         "base_url": f"http://127.0.0.1:{server.server_address[1]}",
         "memory_source": "command", "memory_command": ["sh", "-c", "sleep 0.4; echo 1"],

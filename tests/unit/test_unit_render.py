@@ -435,31 +435,24 @@ def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
     one running request for ~1.5 s: it waits that long, says so, and exits 0. A /metrics too
     busy to answer within its 5 s is waited for, not taken for a server that is gone; an open
     client connection is waited for too."""
-    import http.server
     import socket
     import threading
     import time
 
+    from metrics_endpoint import serve
+
     started = time.monotonic()
     slow = threading.Event()
 
-    class Metrics(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if slow.is_set():
-                slow.clear()
-                time.sleep(6)
-            running = 1 if time.monotonic() - started < 1.5 else 0
-            body = (f'vllm:num_requests_running{{model_name="m"}} {running}.0\n'
-                    'vllm:num_requests_waiting{model_name="m"} 0.0\n').encode()  # fmt: skip
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
+    def metrics() -> bytes:
+        if slow.is_set():
+            slow.clear()
+            time.sleep(6)
+        running = 1 if time.monotonic() - started < 1.5 else 0
+        return (f'vllm:num_requests_running{{model_name="m"}} {running}.0\n'
+                'vllm:num_requests_waiting{model_name="m"} 0.0\n').encode()  # fmt: skip
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(metrics)
     drain = Path(__file__).resolve().parents[2] / "roles/vllm_service/files/vllm-drain"
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
