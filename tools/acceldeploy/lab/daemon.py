@@ -105,5 +105,5 @@ def stop(daemon: Daemon, timeout: float = 10.0) -> bool:
     if pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+        os.waitpid(pid, 0)  # reaps a server this process started, also after the SIGKILL
     return True
