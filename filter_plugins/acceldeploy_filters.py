@@ -8,7 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import cluster, drift, hostplan, targets, varcheck
+from acceldeploy import cluster, drift, hostplan, secrets, targets, varcheck
 from acceldeploy.ansible_adapter import filters, plain
 from acceldeploy.errors import AcceldeployError
 
@@ -67,8 +67,12 @@ def acceldeploy_unknown_variables(names: list[str]) -> list[str]:
 
 
 def acceldeploy_type_errors(values: Mapping[str, Any]) -> list[str]:
-    """{variable: value} -> a message for each value that does not fit its argument spec."""
-    return varcheck.type_errors(plain(dict(values)))
+    """{variable: value} -> a message for each value that does not fit its argument spec or
+    holds credentials in a URL; a credential's value is masked in every message."""
+    given = plain(dict(values))
+    secrets.remember(*(str(v) for k, v in given.items() if secrets.is_credential_name(k) and v))
+    errors = varcheck.type_errors(given) + secrets.url_credential_errors(given)
+    return [secrets.mask(message) for message in errors]
 
 
 def acceldeploy_variable_pattern(_: Any = None) -> str:

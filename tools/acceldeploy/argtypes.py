@@ -7,6 +7,8 @@ import argparse
 from collections.abc import Callable
 from typing import NoReturn
 
+from acceldeploy.secrets import mask
+
 
 def bounded(
     kind: type[int] | type[float], low: float, high: float | None = None, *, above: bool = False
@@ -34,7 +36,8 @@ def bounded(
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line naming the flag (exit 2), like the tools' other errors."""
+    """Usage errors as one line naming the flag (exit 2), like the tools' other errors, with
+    any credential on the command line masked (`--api-key <token>` is not echoed)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {mask(message)} (see {self.prog} --help)\n")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceldeploy import catalog
+from acceldeploy import catalog, secrets
 from acceldeploy.engineopts import option_name
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
@@ -97,7 +97,7 @@ class Service:
     block_size: int | None
     kv_cache_dtype: str
     memory: dict[str, float]
-    api_key: str | None
+    api_key: str | None = field(repr=False)
     allow_dev_mode_on_public_bind: bool
     ref: ModelRef
     where: str = ""  # how messages name it: acceldeploy_services[i] (name)
@@ -282,6 +282,17 @@ def _memory(merged: dict[str, Any], var: str) -> dict[str, float]:
     return {k: float(v) for k, v in memory.items()}
 
 
+def _no_credential(name: str, value: Any, var: str) -> None:
+    """The secrets rule (secrets.py) for one env variable or extra_args option."""
+    instead = secrets.HUB_TOKENS.get(name) or secrets.HUB_TOKENS.get(name.upper())
+    if instead:
+        raise AcceldeployError(secrets.hub_token_message(var, instead))
+    if secrets.is_credential_name(name):
+        raise AcceldeployError(secrets.named_credential_message(var))
+    if secrets.has_url_credentials(str(value)):
+        raise AcceldeployError(secrets.url_credentials_message(var))
+
+
 def _env(merged: dict[str, Any], var: str) -> dict[str, str]:
     env: dict[str, str] = {}
     for key, value in merged["env"].items():
@@ -290,6 +301,7 @@ def _env(merged: dict[str, Any], var: str) -> dict[str, str]:
                 f"{var}.env.{key} is set by the toolkit; use the service's "
                 f"{OWNED_ENV[str(key).upper()]} instead"
             )
+        _no_credential(str(key), value, f"{var}.env.{key}")
         if isinstance(value, dict | list) or value is None:
             raise AcceldeployError(f"{var}.env.{key} must be a string or number, got {value!r}")
         env[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
@@ -304,6 +316,8 @@ def _extra_args(merged: dict[str, Any], var: str) -> dict[str, Any]:
                 f"{var}.extra_args.{key} is set from the service's own keys; set its "
                 f"{owner} instead"
             )
+        _no_credential(option_name(key).lower(), merged["extra_args"][key],
+                       f"{var}.extra_args.{key}")  # fmt: skip
     return dict(merged["extra_args"])
 
 

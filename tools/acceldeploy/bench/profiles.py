@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceldeploy import secrets
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 
@@ -138,6 +139,9 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
         raise AcceldeployError(
             f"{_where(name, unknown[0])}: unknown field; known: {', '.join(sorted(FIELDS))}"
         )
+    errors = secrets.url_credential_errors({f"{VAR}.{name}": raw})
+    if errors:
+        raise AcceldeployError(errors[0])
     dataset = raw.get("dataset")
     if dataset not in DATASETS:
         raise AcceldeployError(

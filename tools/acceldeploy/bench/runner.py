@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceldeploy import secrets
 from acceldeploy.bench import dataset, driver, report, series, summary
 from acceldeploy.bench.profiles import Profile
 from acceldeploy.errors import AcceldeployError
@@ -304,7 +305,7 @@ def run_all(
                     return
                 found = run_target(target, run_id, out, restart, changed, timeout, stop)
             except Exception as exc:
-                target.state.update({"event": "error", "error": str(exc)})
+                target.state.update({"event": "error", "error": secrets.mask(str(exc))})
                 changed()
                 continue
             target.state.update({"event": "summarised", "verdict": found["verdict"]["state"]})
