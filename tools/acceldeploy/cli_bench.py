@@ -16,11 +16,11 @@ from typing import Any
 import jsonschema
 
 from acceldeploy.argtypes import OneLineParser, bounded
+from acceldeploy import selection
 from acceldeploy.bench import baseline, profiles, report
 from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_plan
-from acceldeploy.inventory import hosts_vars
+from acceldeploy.secrets import mask
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "bench-summary.schema.json"
 
@@ -48,18 +48,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def select(args: argparse.Namespace) -> list[Target]:
     """Every (host, service) to bench, with its profile: all input checked, no host contacted."""
-    found = hosts_vars(args.inventory, args.limit)
-    if not found:
-        raise AcceldeployError(f"no hosts in {args.inventory} match --limit {args.limit}")
+    found = selection.limited(args.inventory, args.limit)
     base = Path(args.inventory).resolve().parent
-    targets, names = [], set()
+    targets, names, workers = [], set(), []
     for host, hv in found.items():
         profile = profiles.pick(hv.get(profiles.VAR), args.profile, base)
-        plan = host_plan(hv)
+        plan = selection.checked_plan(hv)
+        workers += [(host, s, head) for s, head in selection.heads(plan).items()]
         for unit, launch in zip(plan.units(), plan.launches(), strict=True):
             names.add(unit.name)
             if not args.service or unit.name in args.service:
                 targets.append(Target(host, hv, plan, unit, launch, profile))
+    for host, service, head in workers:
+        if head not in found and (not args.service or service in args.service):
+            raise selection.worker_error("--limit", args.limit, host, service, head)
     unknown = sorted(set(args.service) - names)
     if unknown:
         raise AcceldeployError(
@@ -132,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if then is not None and not args.force:
             baseline.check_keys(then, {(t.host, t.service): run_key(t) for t in targets})
     except AcceldeployError as exc:
-        print(f"bench.py: error: {exc}", file=sys.stderr)
+        print(f"bench.py: error: {mask(str(exc))}", file=sys.stderr)
         return 2
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{args.profile}"
     out = args.out / run_id
@@ -163,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps(run, indent=1))
     report.write_html(run, out)
     for error in run["errors"]:
-        print(f"bench.py: {error['host']}/{error['service']}: {error['error']}", file=sys.stderr)
+        where = f"{error['host']}/{error['service']}"
+        print(f"bench.py: {where}: {mask(error['error'])}", file=sys.stderr)
     for service in services:
         for device in service["verdict"]["devices"]:
             print(f"{service['host']}/{service['service']}: {device['state']}: {device['reason']}")

@@ -17,15 +17,17 @@ from typing import Any
 
 import yaml
 
+from acceldeploy import selection
 from acceldeploy.argtypes import OneLineParser, bounded
 from acceldeploy.bench import profiles
 from acceldeploy.bench.profiles import Profile, Sweep
 from acceldeploy.bench.runner import Target, read_deployed, run_target
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_plan
-from acceldeploy.inventory import hosts_vars
+from acceldeploy.secrets import mask
+from acceldeploy.hostplan import HostPlan
 from acceldeploy.tune import apply, dropin, space
 from acceldeploy.tune.search import Candidate, evaluate, load_state, save_state, search, winner
+from acceldeploy.unit import ServiceUnit
 from acceldeploy.verify.runner import connection
 
 
@@ -58,21 +60,31 @@ class Setup:
     profile: Profile
     candidates: list[Candidate]
     settings: dict[str, Any]
+    plan: HostPlan  # as deployed
+    unit: ServiceUnit  # the service's, as deployed
+    apply_to: Path | None = None  # --apply's vars file
 
 
 def setup(args: argparse.Namespace) -> Setup:
     """Everything checked and planned; no host contacted."""
-    found = hosts_vars(args.inventory, args.host)
-    if list(found) != [args.host]:
-        raise AcceldeployError(f"--host {args.host}: not a host of {args.inventory}")
-    hv = found[args.host]
+    every = selection.every_host(args.inventory)
+    hv = every.get(args.host)
+    if hv is None:
+        known = ", ".join(every) or "none"
+        raise AcceldeployError(f"--host {args.host}: not a host of {args.inventory} ({known})")
     specs = hv.get("acceldeploy_services") or []
     spec = next((s for s in specs if s.get("name") == args.service), None)
     if spec is None:
         names = ", ".join(str(s.get("name")) for s in specs) or "none"
         raise AcceldeployError(f"--service {args.service}: not on {args.host} (has {names})")
-    platform = host_plan(hv).platform.name
-    axes = space.parse_space(args.space, platform)
+    plan = selection.checked_plan(hv)
+    head = selection.heads(plan).get(args.service)
+    if head:
+        raise selection.worker_error("--host", args.host, args.host, args.service, head)
+    unit = next((u for u in plan.units() if u.name == args.service), None)
+    if unit is None:
+        raise AcceldeployError(f"--service {args.service}: {args.host} does not run it")
+    axes = space.parse_space(args.space, plan.platform.name)
     sla = space.parse_sla(args.sla)
     base = Path(args.inventory).resolve().parent
     # --sla takes the place of the profile's own (its sweep settings, when set, are kept)
@@ -81,22 +93,45 @@ def setup(args: argparse.Namespace) -> Setup:
     profile = profiles.pick(given, args.profile, base)
     profile = dataclasses.replace(profile, sweep=profile.sweep or Sweep())
     candidates = [plan_point(hv, specs, args.service, point) for point in space.points(axes)]
+    if all(c.reason for c in candidates):
+        first = candidates[0]
+        raise AcceldeployError(
+            f"--space: the planner refuses all {len(candidates)} point(s); "
+            f"{first.label}: {first.reason}"
+        )
+    apply_to = None
+    if args.apply:
+        groups = [*hv.get("group_names", []), "all"]
+        apply_to = apply.target(Path(args.inventory), args.host, groups, args.service)
     settings = {
         "host": args.host, "service": args.service, "profile": profile.to_dict(),
         "space": args.space, "sla_ms": sla, "headroom_mib": args.headroom_mib,
     }  # fmt: skip
-    return Setup(args.host, hv, spec, profile, candidates, settings)
+    return Setup(args.host, hv, spec, profile, candidates, settings, plan, unit, apply_to)
+
+
+def refused_note(candidates: list[Candidate]) -> str | None:
+    """One line on the points the planner refuses (skipped, not run), when some are."""
+    refused = [c for c in candidates if c.reason]
+    if not refused:
+        return None
+    first = refused[0]
+    return (
+        f"--space: {len(refused)} of {len(candidates)} points skipped, the planner refuses "
+        f"them ({first.label}: {first.reason})"
+    )
 
 
 def plan_point(
     hv: dict[str, Any], specs: list[dict[str, Any]], name: str, point: dict[str, Any]
 ) -> Candidate:
-    """The planner's answer for one point: its unit, or why it cannot start."""
+    """The planner's answer for one point: its unit, or why it cannot start (every unit the
+    role would install with it rendered, the service's and its Ray node's)."""
     changed = [space.apply(s, point) if s.get("name") == name else s for s in specs]
     point_hv = {**hv, "acceldeploy_services": changed}
     candidate = Candidate(point, hostvars=point_hv)
     try:
-        plan = host_plan(point_hv)
+        plan = selection.checked_plan(point_hv)
         for unit, launch in zip(plan.units(), plan.launches(), strict=True):
             if unit.name == name:
                 candidate.unit, candidate.launch, candidate.plan = unit, launch, plan
@@ -129,8 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--resume {out}: the search was started with other {', '.join(changed)}"
             )
     except AcceldeployError as exc:
-        print(f"tune.py: error: {exc}", file=sys.stderr)
+        print(f"tune.py: error: {mask(str(exc))}", file=sys.stderr)
         return 2
+    note = refused_note(config.candidates)
+    if note:
+        print(f"tune.py: {mask(note)}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     state = state or {"settings": config.settings, "points": []}
     return run(args, config, out, state)
@@ -141,12 +179,11 @@ def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any
     try:
         conn.open()
     except Exception as exc:
-        print(f"tune.py: error: cannot reach {config.host}: {exc}", file=sys.stderr)
+        print(f"tune.py: error: cannot reach {config.host}: {mask(str(exc))}", file=sys.stderr)
         return 2
-    deployed = host_plan(config.hostvars)
-    deployed_unit = next(u for u in deployed.units() if u.name == args.service)
+    deployed_unit = config.unit
     before = dropin.fingerprint(conn, deployed_unit)
-    total = total_memory_mib(conn, deployed.platform)
+    total = total_memory_mib(conn, config.plan.platform)
 
     def measure(candidate: Candidate) -> dict[str, Any]:
         started = dropin.apply(conn, candidate.unit, candidate.label)
@@ -182,24 +219,22 @@ def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any
     state["winner"] = best and best["label"]
     save_state(out, state)
     report(state, out, config, best)
-    if args.apply and best and not interrupted:
-        write_winner(args, config, best)
+    if config.apply_to and best and not interrupted:
+        write_winner(config.apply_to, args.service, best)
     if interrupted:
         print(f"tune.py: interrupted; {args.service} is back on its deployed flags. "
               f"--resume {out} continues.", file=sys.stderr)  # fmt: skip
         return 130
     if not (state["restored"]["healthy"] and state["restored"]["identical"]):
-        print(f"tune.py: {args.service} was not restored as it was: {state['restored']}",
+        print(f"tune.py: {args.service} was not restored as it was: {mask(str(state['restored']))}",
               file=sys.stderr)  # fmt: skip
         return 1
     return 0 if best else 1
 
 
-def write_winner(args: argparse.Namespace, config: Setup, best: dict[str, Any]) -> None:
-    groups = [*config.hostvars.get("group_names", []), "all"]
-    path = apply.defining_file(Path(args.inventory), config.host, groups)
+def write_winner(path: Path, service: str, best: dict[str, Any]) -> None:
     before = path.read_text()
-    after = apply.apply_point(before, args.service, best["point"])
+    after = apply.apply_point(before, service, best["point"])
     print(apply.diff(before, after, path) or f"{path}: already the winner's keys")
     path.write_text(after)
 

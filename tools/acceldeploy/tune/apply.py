@@ -26,12 +26,18 @@ def _yaml() -> Any:
     return yaml
 
 
+def root(inventory: Path) -> Path:
+    """Where Ansible looks for host_vars/ and group_vars/: inside an inventory directory,
+    beside an inventory file."""
+    return inventory if inventory.is_dir() else inventory.parent
+
+
 def vars_files(inventory: Path, host: str, groups: list[str]) -> list[Path]:
     """Where Ansible reads this host's variables from, most specific first."""
-    root = inventory.parent
+    root_dir = root(inventory)
     found: list[Path] = []
     for kind, name in [("host_vars", host), *(("group_vars", g) for g in groups)]:
-        base = root / kind / name
+        base = root_dir / kind / name
         found += [p for p in (base.with_suffix(".yml"), base.with_suffix(".yaml")) if p.is_file()]
         if base.is_dir():
             found += sorted(base.glob("*.y*ml"))
@@ -44,9 +50,21 @@ def defining_file(inventory: Path, host: str, groups: list[str]) -> Path:
         if isinstance(data, dict) and VAR in data:
             return path
     raise AcceldeployError(
-        f"--apply: no host_vars or group_vars file of {host} under {inventory.parent} defines "
-        f"{VAR}; paste winner.yml's entry by hand"
+        f"--apply: no host_vars or group_vars file of {host} under {root(inventory)} defines "
+        f"{VAR}; move it into {root(inventory) / 'host_vars' / host}.yml (or a group_vars "
+        "file), or drop --apply and paste winner.yml's entry by hand"
     )
+
+
+def target(inventory: Path, host: str, groups: list[str], service: str) -> Path:
+    """The file --apply writes the winner into, checked before the search: it defines the
+    host's services, the one tuned among them."""
+    path = defining_file(inventory, host, groups)
+    try:
+        apply_point(path.read_text(), service, {})
+    except AcceldeployError as exc:
+        raise AcceldeployError(f"{exc} ({path})") from None
+    return path
 
 
 def _set(mapping: Any, key: str, value: Any) -> None:

@@ -71,6 +71,8 @@ def parse_space(text: str, platform: str) -> list[tuple[Axis, list[Any]]]:
         if any(a.name == name for a, _ in axes):
             raise AcceldeployError(f"--space {name}: given twice")
         parsed = [_value(axis, v) for v in values.split(",") if v]
+        if not parsed:
+            raise AcceldeployError(f"--space {name}: no values; write {name}=V1,V2")
         if len(set(parsed)) != len(parsed):
             raise AcceldeployError(f"--space {name}: a value is repeated")
         axes.append((axis, parsed))
