@@ -15,8 +15,8 @@ from typing import Any
 
 import jsonschema
 
-from acceldeploy.argtypes import OneLineParser, bounded
 from acceldeploy import selection
+from acceldeploy.argtypes import OneLineParser, bounded
 from acceldeploy.bench import baseline, profiles, report
 from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
 from acceldeploy.errors import AcceldeployError

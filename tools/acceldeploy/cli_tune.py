@@ -23,8 +23,8 @@ from acceldeploy.bench import profiles
 from acceldeploy.bench.profiles import Profile, Sweep
 from acceldeploy.bench.runner import Target, read_deployed, run_target
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.secrets import mask
 from acceldeploy.hostplan import HostPlan
+from acceldeploy.secrets import mask
 from acceldeploy.tune import apply, dropin, space
 from acceldeploy.tune.search import Candidate, evaluate, load_state, save_state, search, winner
 from acceldeploy.unit import ServiceUnit
