@@ -1,0 +1,200 @@
+"""Role READMEs and Galaxy metadata (acceldeploy.roledocs, acceldeploy.rolemeta): each README's
+generated blocks match meta/argument_specs.yml and data/targets.yml, and each meta/main.yml
+declares exactly the supported releases ansible-lint's meta schema can name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from acceldeploy import roledocs, rolemeta, targets
+from acceldeploy.errors import AcceldeployError
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = roledocs.roles(ROOT / "roles")
+FIX = "cd tools && ../.venv/bin/python -m acceldeploy.roledocs --write"
+
+
+def test_every_role_is_documented():
+    names = {role.name for role in ROLES}
+    assert names >= {
+        "ascend_runtime",
+        "gaudi_runtime",
+        "host_tuning",
+        "model_weights",
+        "python_env",
+        "vllm_service",
+    }
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda role: role.name)
+def test_readme_matches_its_regenerated_form(role):
+    readme = role / "README.md"
+    assert readme.exists(), f"roles/{role.name}/README.md is missing: run `{FIX}`"
+    assert readme.read_text() == roledocs.expected(role)[readme], (
+        f"roles/{role.name}/README.md differs from meta/argument_specs.yml or "
+        f"data/targets.yml: run `{FIX}`"
+    )
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda role: role.name)
+def test_meta_platforms_match_targets(role):
+    meta = role / "meta" / "main.yml"
+    declared = yaml.safe_load(meta.read_text())["galaxy_info"]["platforms"]
+    assert declared == rolemeta.platforms(), f"roles/{role.name}/meta/main.yml: run `{FIX}`"
+    assert meta.read_text() == rolemeta.render_meta(meta.read_text()), f"run `{FIX}`"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda role: role.name)
+def test_readme_lists_every_variable_once(role):
+    readme = (role / "README.md").read_text()
+    text = readme.split("<!-- BEGIN GENERATED: variables -->", 1)[1].split(roledocs.END, 1)[0]
+    specs = roledocs.argument_specs(role)
+    names = {name for spec in specs.values() for name in (spec.get("options") or {})}
+    for name in names:
+        assert text.count(f"| `{name}` |") == 1, name
+    for entry_point in specs:
+        assert f"| `{entry_point}` |" in text
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda role: role.name)
+def test_requirements_name_the_releases_meta_cannot(role):
+    text = (role / "README.md").read_text()
+    requirements = text.split("## Requirements", 1)[1].split("\n## ", 1)[0]
+    assert rolemeta.unexpressed(), "openEuler is supported and has no Galaxy platform"
+    for name in rolemeta.unexpressed():
+        assert f"| {name} | none:" in requirements
+
+
+def test_every_supported_release_is_declared_or_listed():
+    supported = targets.table()["supported"]
+    declared = {(p["name"], v) for p in rolemeta.platforms() for v in p["versions"]}
+    for row in supported:
+        key = (str(row["id"]).lower(), str(row["version"]))
+        if key in rolemeta.GALAXY:
+            assert rolemeta.GALAXY[key] in declared
+        else:
+            assert row["name"] in rolemeta.unexpressed()
+    # Nothing refused or unlisted is declared (EL, Ubuntu focal).
+    rows = {(str(r["id"]).lower(), str(r["version"])) for r in supported}
+    assert set(rolemeta.GALAXY) <= rows
+    assert len(declared) == len(rolemeta.GALAXY)
+
+
+def _schema_platforms() -> dict[str, set[str]]:
+    ansiblelint = pytest.importorskip("ansiblelint")
+    schema = json.loads((Path(ansiblelint.__file__).parent / "schemas" / "meta.json").read_text())
+    found = {}
+    for model in schema["$defs"].values():
+        name = model.get("properties", {}).get("name", {}).get("const")
+        versions = model.get("properties", {}).get("versions", {}).get("items", {})
+        if name:
+            found[name] = set(versions.get("enum", []))
+    return found
+
+
+def test_declared_platforms_are_in_ansible_lints_schema():
+    known = _schema_platforms()
+    for platform in rolemeta.platforms():
+        assert platform["name"] in known
+        assert set(platform["versions"]) <= known[platform["name"]], platform
+    # When the schema learns a release we could not declare, map it in rolemeta.GALAXY.
+    names = {name.lower().replace(" ", "") for name in known}
+    assert not rolemeta.UNEXPRESSED_IDS & names
+
+
+def test_a_new_release_must_be_mapped(monkeypatch):
+    table = targets.table()
+    row = {"id": "rocky", "version": "9", "name": "Rocky Linux 9"}
+    monkeypatch.setattr(
+        targets, "table", lambda: {**table, "supported": [*table["supported"], row]}
+    )
+    with pytest.raises(AcceldeployError, match=r"Rocky Linux 9.*GALAXY"):
+        rolemeta.platforms()
+
+
+def test_render_meta_keeps_the_rest():
+    text = (
+        "---\ngalaxy_info:\n  role_name: r\n  platforms:\n    - name: EL\n"
+        '      versions: ["8", "9"]\n\n  galaxy_tags: [a]\ndependencies: []\n'
+    )
+    rendered = rolemeta.render_meta(text)
+    data = yaml.safe_load(rendered)
+    assert data["galaxy_info"]["platforms"] == rolemeta.platforms()
+    assert data["galaxy_info"]["galaxy_tags"] == ["a"]
+    assert data["dependencies"] == []
+    assert rolemeta.render_meta(rendered) == rendered
+    with pytest.raises(AcceldeployError, match="platforms"):
+        rolemeta.render_meta("galaxy_info:\n  role_name: r\n")
+
+
+def test_splice_keeps_prose_around_the_blocks():
+    text = (
+        "# r\n\nIntro.\n\n<!-- BEGIN GENERATED: variables -->\nold\n<!-- END GENERATED -->\n\n"
+        "Outro.\n"
+    )
+    out = roledocs.splice(text, {"variables": "new table"})
+    assert out.startswith("# r\n\nIntro.\n\n<!-- BEGIN GENERATED: variables -->\n")
+    assert "new table\n\n<!-- END GENERATED -->\n\nOutro.\n" in out
+    assert "old" not in out
+    with pytest.raises(AcceldeployError, match="platforms"):
+        roledocs.splice(text, {"variables": "x", "platforms": "y"})
+
+
+def test_cells_escape_markdown_and_render_ansible_markup():
+    assert roledocs._prose(["<org>/<name>", "a | b", "C(seed) *.launch"]) == (
+        "\\<org>/\\<name> a \\| b `seed` \\*.launch"
+    )
+    assert roledocs._prose("python_env_venv_python and _extra") == (
+        "python_env_venv_python and \\_extra"
+    )
+    option = {"type": "list", "elements": "str", "default": [], "choices": ["", "a"]}
+    assert roledocs._type(option) == "list of str"
+    assert roledocs._default(option) == "`[]`"
+    assert roledocs._default({"required": True}) == "required"
+    assert roledocs._default({}) == "—"
+    assert roledocs._description(option) == 'Choices: `""`, `a`.'
+
+
+def test_entry_points_with_other_variables_get_a_column():
+    specs = {
+        "main": {"short_description": "All", "options": {"r_a": {}, "r_b": {"type": "int"}}},
+        "check": {"short_description": "Check", "options": {"r_a": {}}},
+    }
+    table = roledocs.render_variables(specs)
+    assert "| Variable | Type | Default | Description | Entry points |" in table
+    assert "| `r_a` | str | — |  | `main`, `check` |" in table
+    assert "| `r_b` | int | — |  | `main` |" in table
+
+
+def test_check_names_the_stale_readme_and_write_fixes_it(tmp_path, capsys):
+    role = tmp_path / "roles" / "python_env"
+    shutil.copytree(ROOT / "roles" / "python_env" / "meta", role / "meta")
+    readme = (ROOT / "roles" / "python_env" / "README.md").read_text()
+    stale = readme.replace("| `python_env_keep` |", "| `python_env_kept` |")
+    (role / "README.md").write_text(stale + "\nHand-written.\n")
+    roles_dir = str(tmp_path / "roles")
+
+    assert roledocs.main(["--check", "--roles-dir", roles_dir]) == 1
+    err = capsys.readouterr().err
+    assert "roles/python_env/README.md is stale" in err
+    assert "python -m acceldeploy.roledocs --write" in err
+    assert "meta/main.yml" not in err
+
+    assert roledocs.main(["--write", "--roles-dir", roles_dir]) == 0
+    assert (role / "README.md").read_text() == readme + "\nHand-written.\n"
+    assert roledocs.main(["--check", "--roles-dir", roles_dir]) == 0
+
+
+def test_write_creates_a_missing_readme(tmp_path):
+    role = tmp_path / "roles" / "python_env"
+    shutil.copytree(ROOT / "roles" / "python_env" / "meta", role / "meta")
+    assert roledocs.main(["--write", "--roles-dir", str(tmp_path / "roles")]) == 0
+    text = (role / "README.md").read_text()
+    for section in ("Requirements", "Role Variables", "Dependencies", "Example Playbook"):
+        assert f"## {section}\n" in text
+    assert "| `python_env_keep` |" in text
