@@ -8,7 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import cluster, drift, hostplan, secrets, targets, varcheck
+from acceldeploy import bounds, cluster, drift, hostplan, secrets, targets, varcheck
 from acceldeploy.ansible_adapter import filters, plain
 from acceldeploy.errors import AcceldeployError
 
@@ -51,6 +51,18 @@ def acceldeploy_rollout(hosts: list[str], views: Mapping[str, Any], serial: Any)
     """ansible_play_hosts | acceldeploy_rollout({host: node view}, vllm_service_serial): the
     serve play's batches, a multi-node group always in one batch (cluster.rollout)."""
     return cluster.rollout([str(h) for h in hosts], plain(dict(views)), plain(serial))
+
+
+def acceldeploy_bounded_names(role: str) -> list[str]:
+    """'python_env' | acceldeploy_bounded_names: the role's day-2 numbers (timeouts, retries,
+    counts, keep, serial) whose bounds preflight checks (gather them with query('vars'))."""
+    return bounds.names(str(role))
+
+
+def acceldeploy_number_errors(values: Mapping[str, Any]) -> list[str]:
+    """{variable: value} | acceldeploy_number_errors: a message for each day-2 number out of
+    its bounds (tools/acceldeploy/bounds.py), naming the variable and the range."""
+    return bounds.errors(plain(dict(values)))
 
 
 def acceldeploy_repo_path(relative: str) -> str:
@@ -116,6 +128,8 @@ class FilterModule:
             acceldeploy_node_view,
             acceldeploy_group_errors,
             acceldeploy_rollout,
+            acceldeploy_bounded_names,
+            acceldeploy_number_errors,
             acceldeploy_repo_path,
             acceldeploy_unknown_variables,
             acceldeploy_type_errors,

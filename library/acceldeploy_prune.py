@@ -95,7 +95,10 @@ def main() -> None:
     found = prune.entries(params["patterns"], params["marker"])
     texts = prune.command_lines(os.getpid()) + prune.file_texts(params["in_use_files"])
     in_use = [e.path for e in found if prune.named(e.path, texts)]
-    removed = prune.removable(found, params["current"], params["keep"], in_use)
+    try:
+        removed = prune.removable(found, params["current"], params["keep"], in_use)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     if not module.check_mode:
         for path in removed:
             shutil.rmtree(path)

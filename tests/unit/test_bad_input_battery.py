@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -162,6 +163,39 @@ CASES = [
     svc("s-gaudi-flag", "extra_args.mm-processor-cache-gb", platform="gaudi",
         extra_args={"mm-processor-cache-gb": 0}),
     svc("s-gaudi-shape", "vllm_service_gaudi_shapes.qwen2-5-vl", platform="gaudi"),
+    # second round: day-2 numbers refused in preflight, not when they act
+    Case("pe-keep-negative", "python_env", "python_env_keep", {"python_env_keep": -1}),
+    Case("pe-keep-fraction", "python_env", "python_env_keep", {"python_env_keep": 1.5}),
+    Case("pe-venv-python2", "python_env", "python_env_venv_python",
+         {"python_env_venv_python": "python2.7"}),
+    Case("pe-venv-python-stack", "python_env", "python_env_venv_python",
+         {"python_env_manager": "venv", "python_env_venv_python": "/usr/bin/python3.12"}),
+    Case("vs-serial-zero", "services", "vllm_service_serial", {"vllm_service_serial": 0}),
+    Case("vs-serial-share", "services", "vllm_service_serial", {"vllm_service_serial": "150%"}),
+    Case("vs-gate-retries", "services", "vllm_service_gate_retries",
+         {"vllm_service_gate_retries": 0}),
+    Case("vs-model-keep", "services", "vllm_service_model_keep", {"vllm_service_model_keep": -2}),
+    Case("mw-async-poll", "model_weights", "model_weights_async_poll",
+         {"model_weights_async_poll": 0}),
+    Case("mw-max-workers", "model_weights", "model_weights_max_workers",
+         {"model_weights_max_workers": 0}),
+    Case("gr-hccl-timeout", "runtime", "gaudi_runtime_hccl_timeout",
+         {"gaudi_runtime_hccl_timeout": 0}, platform="gaudi"),
+    Case("ht-hugepages-huge", "host_tuning", "host_tuning_hugepages",
+         {"host_tuning_hugepages": 10**10}),
+    Case("ht-reboot-timeout-huge", "host_tuning", "host_tuning_reboot_timeout",
+         {"host_tuning_reboot_timeout": 10**9}),
+    # second round: vague messages name the key
+    svc("s-kv-dtype", "acceldeploy_services[0] (qwen3-vl).kv_cache_dtype", kv_cache_dtype="fp4"),
+    svc("s-model-config", "acceldeploy_services[0] (qwen3-vl).model_config",
+        model_config="/nonexistent/Qwen3-VL/config.json"),
+    svc("s-dev-mode-public", "acceldeploy_services[0] (qwen3-vl).env.VLLM_SERVER_DEV_MODE "
+        "exposes the dev-mode endpoints", host="0.0.0.0", api_key="sk-planted",
+        env={"VLLM_SERVER_DEV_MODE": "1"}),
+    svc("s-dev-mode-no-key", "no api_key (anyone who reaches the port can use /v1) and "
+        "env.VLLM_SERVER_DEV_MODE", host="0.0.0.0", env={"VLLM_SERVER_DEV_MODE": "1"}),
+    svc("s-mm-modality", "acceldeploy_services[0] (qwen3-vl).limit_mm_per_prompt.imagez",
+        limit_mm_per_prompt={"imagez": 2}),
 ]  # fmt: skip
 
 
@@ -187,11 +221,11 @@ def preflight(stage: str, tmp: str) -> dict[str, Any]:
     return playbook_json(inventory, "playbooks/preflight.yml")[1]
 
 
-def playbook_json(inventory: Path, playbook: str) -> tuple[int, dict[str, Any]]:
-    """ansible-playbook's exit code and its ansible.posix.json report."""
+def playbook_json(inventory: Path, playbook: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """ansible-playbook's exit code and its ansible.posix.json report (args: --limit ...)."""
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-         str(ROOT / playbook)],
+         str(ROOT / playbook), *args],
         capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
              "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
@@ -231,6 +265,61 @@ def test_refused_in_preflight_naming_the_variable(case: Case, tmp: str) -> None:
     for word in ("_AnsibleTagged", "_AnsibleLazy", "Traceback"):
         assert word not in failed[0]
     assert "sk-planted" not in json.dumps(data)
+
+
+TWO_NODE = ROOT / "inventory/examples/ascend-910b-2node"
+# A multi-node service's mistakes, on a copy of the two-node example: (id, changes to its
+# service, --limit, what the message names).
+GROUP_CASES = [
+    ("g-cluster-port", {"cluster_port": 8000}, None,
+     "acceldeploy_services[0] (deepseek-r1).cluster_port 8000 is also its port"),
+    ("g-node-ip-env", {"env": {"HCCL_IF_IP": "192.0.2.99"}}, None,
+     "acceldeploy_services[0] (deepseek-r1).env.HCCL_IF_IP"),
+    ("g-nic-env", {"env": {"GLOO_SOCKET_IFNAME": "eth0"}}, None,
+     "acceldeploy_services[0] (deepseek-r1).env.GLOO_SOCKET_IFNAME"),
+    ("g-worker-without-head", {}, "npu-02", "its head npu-01"),
+]  # fmt: skip
+
+
+def two_node_inventory(tmp_path: Path, changes: dict[str, Any]) -> Path:
+    """A copy of the two-node example, every host at the closed port. The nodes' addresses
+    (acceldeploy_node_ip, 192.0.2.x) stay mere strings of the plan: nothing connects to them."""
+    target = tmp_path / TWO_NODE.name
+    shutil.copytree(TWO_NODE, target)
+    hosts_file = target / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    nodes = hosts["all"]["children"]["ascend"]["hosts"]
+    for i, name in enumerate(nodes):
+        nodes[name] = {"acceldeploy_node_ip": f"192.0.2.{31 + i}", **(nodes[name] or {}), **CLOSED}
+    hosts_file.write_text(yaml.safe_dump(hosts))
+    group_vars = target / "group_vars/all.yml"
+    data = yaml.safe_load(group_vars.read_text())
+    data["acceldeploy_services"][0].update(changes)
+    group_vars.write_text(yaml.safe_dump(data))
+    return target
+
+
+@pytest.mark.parametrize(("changes", "limit", "named"), [c[1:] for c in GROUP_CASES],
+                         ids=[c[0] for c in GROUP_CASES])  # fmt: skip
+def test_multi_node_mistakes_are_refused_in_preflight(
+    changes: dict[str, Any], limit: str | None, named: str, tmp_path: Path
+) -> None:
+    inventory = two_node_inventory(tmp_path, changes)
+    returncode, data = playbook_json(inventory, "playbooks/preflight.yml",
+                                     *(("--limit", limit) if limit else ()))  # fmt: skip
+    assert returncode != 0
+    assert [p["play"]["name"] for p in data["plays"]] == [
+        "Preflight - check the inventory before changing any host"
+    ]
+    assert data["stats"] and all(
+        s["unreachable"] == 0 and s["changed"] == 0 for s in data["stats"].values()
+    ), data["stats"]
+    failed = [str(result.get("msg", "")) for play in data["plays"] for task in play["tasks"]
+              for result in task["hosts"].values() if result.get("failed")]  # fmt: skip
+    assert failed and all(named in m for m in failed), failed
+    if limit:
+        assert set(data["stats"]) == {limit}
+        assert "--limit npu-01,npu-02" in failed[0], failed[0]
 
 
 CLI_CASES = [

@@ -16,7 +16,7 @@ from acceldeploy.inventory import hosts_vars
 from acceldeploy.kvplan import kv_layout
 from acceldeploy.modelconfig import ModelArch
 from acceldeploy.platforms import get_platform
-from acceldeploy.service import parse_service
+from acceldeploy.service import parse_service, parse_services
 from acceldeploy.unit import UnitOptions, render_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,7 +180,7 @@ def test_a_node_address_must_be_an_ip():
 
 def test_a_host_is_a_node_of_one_group_at_a_time():
     view = {"platform": "cpu", "services": {
-        "x": {"nodes": ["b", "a"]}, "y": {"nodes": ["c", "a"]}}}  # fmt: skip
+        "x": {"where": "x", "nodes": ["b", "a"]}, "y": {"where": "y", "nodes": ["c", "a"]}}}  # fmt: skip
     errors = cluster.check_groups({"a": {**view, "pins": ""}})
     assert "services x, y both span hosts" in errors[0]
 
@@ -333,3 +333,79 @@ def test_verify_checks_the_devices_of_a_worker_nodes_ranks():
     (bad,) = hoststate.judge_devices("npu-02", "ascend", {"npu-smi": {"rc": 0, "out": sick}},
                                      plan.services)  # fmt: skip
     assert bad.status == "fail" and "3: 'Warning'" in bad.detail, bad.detail
+
+
+def test_a_worker_in_the_run_without_its_head_is_refused_naming_the_head():
+    """--limit npu-02: the group is checked from the worker, which names its head."""
+    hosts = inventory(ASCEND)
+    found = views({"npu-02": hosts["npu-02"]})
+    (error,) = hostplan.group_errors(found, {"npu-02": "k"})
+    assert error.startswith("acceldeploy_services[0] (deepseek-r1): npu-02 is a node of it but its "
+                            "head npu-01 (the first of its nodes) is not in this run")  # fmt: skip
+    assert "add npu-01 to --limit (--limit npu-01,npu-02)" in error
+
+
+def test_a_head_that_does_not_define_the_group_is_named_from_the_worker():
+    hosts = copy.deepcopy(hosts_vars(ASCEND))
+    hosts["npu-01"]["acceldeploy_services"] = []
+    found = views(hostplan.with_node_ips(hosts))
+    errors = hostplan.group_errors(found, {h: "k" for h in hosts})
+    assert errors == [
+        "npu-01 is in acceldeploy_services[0] (deepseek-r1).nodes but does not define service "
+        "deepseek-r1; give the group's hosts the same acceldeploy_services (e.g. in the "
+        "group's group_vars)"
+    ]
+
+
+def test_each_group_is_checked_once():
+    errors = hostplan.group_errors(views(inventory(ASCEND)), {"npu-01": "a", "npu-02": "b"})
+    assert len(errors) == 1, errors
+
+
+def test_the_ray_port_may_not_be_a_service_port():
+    with pytest.raises(AcceldeployError, match=r"\(ds\)\.cluster_port 8000 is also its port"):
+        parse_service(spec(cluster_port=8000, port=8000), "ascend", 0)
+    # a service on one host has no Ray head: its cluster_port is not used
+    assert parse_service(spec(nodes=None, cluster_port=8000, port=8000,
+                              pipeline_parallel_size=1), "ascend", 0).port == 8000  # fmt: skip
+    services = [{"name": "big", "model": "org/m", "nodes": ["a", "b"], "pipeline_parallel_size": 2},
+                {"name": "small", "model": "org/n", "port": 6379}]  # fmt: skip
+    with pytest.raises(AcceldeployError, match=r"acceldeploy_services\[0\] \(big\)\.cluster_port "
+                       r"6379 is also the port of service small"):  # fmt: skip
+        parse_services(services, "cpu")
+
+
+@pytest.mark.parametrize(
+    ("key", "fix"),
+    [("HCCL_IF_IP", "set acceldeploy_node_ip"), ("HCCL_SOCKET_IFNAME", "set network_interface"),
+     ("GLOO_SOCKET_IFNAME", "set network_interface"), ("TP_SOCKET_IFNAME", "network_interface")],
+)  # fmt: skip
+def test_a_per_node_variable_in_a_groups_env_is_refused(key, fix):
+    """One value in the service's env would override every node's own (render.service_env)."""
+    hosts = copy.deepcopy(hosts_vars(ASCEND))
+    hosts["npu-02"]["acceldeploy_services"][0]["env"] = {key: "x"}
+    with pytest.raises(AcceldeployError) as exc:
+        hostplan.host_plan(hostplan.with_node_ips(hosts)["npu-02"])
+    message = str(exc.value)
+    assert message.startswith(f"acceldeploy_services[0] (deepseek-r1).env.{key} would give every")
+    assert fix in message
+
+
+def test_the_per_node_variables_come_from_the_platform():
+    ascend = cluster.per_node_env(get_platform("ascend"))
+    assert set(ascend) == {"VLLM_HOST_IP", "HCCL_IF_IP", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME",
+                           "HCCL_SOCKET_IFNAME"}  # fmt: skip
+    # NOSET is the same on every node: the service may set it
+    assert "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES" not in ascend
+    # a service on one host may name its NIC itself
+    single = parse_service({"name": "one", "model": "org/m", "env": {"GLOO_SOCKET_IFNAME": "eth0"}},
+                           "cpu", 0)  # fmt: skip
+    cluster.check_node_env(single, get_platform("cpu"))
+
+
+@pytest.mark.parametrize("serial", ["0%", "150%", "-5%", True, [1, 2]])
+def test_a_serial_share_must_be_a_share_of_the_hosts(serial):
+    with pytest.raises(AcceldeployError, match=r"vllm_service_serial must be a number >= 1 or a "
+                       r"percentage from 1% to 100%"):  # fmt: skip
+        cluster.check_serial(serial)
+    assert cluster.check_serial("25%") == (0, 25.0) and cluster.check_serial("3") == (3, 0.0)

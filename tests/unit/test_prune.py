@@ -82,3 +82,14 @@ def test_entries_and_what_a_running_process_names(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_negative_keep_removes_nothing_and_says_so() -> None:
+    """python_env_keep: -1 once meant keep none (max(0, keep)): every older build went."""
+    found = builds(True, True, True, True, True)
+    try:
+        prune.removable(found, ["/opt/venv-e"], -1, [])
+    except ValueError as exc:
+        assert "keep must be 0 or more, got -1" in str(exc)
+    else:
+        raise AssertionError("a negative keep was accepted")

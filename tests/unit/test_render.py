@@ -139,6 +139,29 @@ def test_a_gaudi_service_is_checked_against_the_forks_options():
         (base(extra_args={"enforce-eager": "yes"}), "enforce-eager is a switch"),
         (base(extra_args={"dtype": "fp4"}), "extra_args.dtype must be one of auto, bfloat16"),
         (
+            base(kv_cache_dtype="fp4"),
+            "acceldeploy_services[0] (qwen3-vl).kv_cache_dtype is 'fp4', not a value of vllm "
+            "0.12.0's --kv-cache-dtype (did you mean fp8?); use one of auto, bfloat16, fp8, "
+            "fp8_e4m3, fp8_e5m2, fp8_inc",
+        ),
+        (base(kv_cache_dtype="fp8_ds_mla"), "accepted by the engine but the planner cannot size"),
+        (base(model_config="/nonexistent/config.json"), "(qwen3-vl).model_config is /nonexistent"),
+        (
+            base(limit_mm_per_prompt={"imagez": 2}),
+            "(qwen3-vl).limit_mm_per_prompt.imagez is not a modality vLLM knows (did you mean "
+            "image?); use image, video, audio",
+        ),
+        (
+            base(host="0.0.0.0", api_key="k", env={"VLLM_SERVER_DEV_MODE": "1"}),
+            "(qwen3-vl).env.VLLM_SERVER_DEV_MODE exposes the dev-mode endpoints /server_info, "
+            "/reset_prefix_cache, /reset_mm_cache, /sleep, /wake_up, /is_sleeping, "
+            "/collective_rpc on host 0.0.0.0",
+        ),
+        (
+            base(host="0.0.0.0", env={"VLLM_SERVER_DEV_MODE": "1"}),
+            "(qwen3-vl).host is 0.0.0.0 with two problems: the service has no api_key",
+        ),
+        (
             {
                 "acceldeploy_platform": "ascend",
                 "acceldeploy_services": [
@@ -171,3 +194,18 @@ def test_bad_services_are_refused_naming_the_variable(hostvars, message):
     with pytest.raises(AcceldeployError) as info:
         host_launches(hostvars)
     assert message in str(info.value)
+
+
+def test_a_model_config_on_the_controller_sizes_a_model_outside_the_catalog(tmp_path):
+    import json
+
+    from acceldeploy import catalog
+
+    entry = catalog.find("Qwen/Qwen3-VL-8B-Instruct")
+    assert entry is not None
+    (tmp_path / "config.json").write_text(json.dumps(entry.config))
+    service = {"name": "x", "model": "acme/unknown-8b", "devices": [0, 1], "max_model_len": 4096,
+               "memory": {"weights_gib": 9.2}, "model_config": str(tmp_path)}  # fmt: skip
+    hostvars = {"acceldeploy_platform": "ascend", "acceldeploy_services": [service]}
+    (launch,) = host_launches(hostvars)
+    assert launch.max_model_len == 4096

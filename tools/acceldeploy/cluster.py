@@ -8,7 +8,9 @@ nodes. Ray workers inherit their node's environment, so the platform's variables
 and the network variables (`node_env`) are set on every node's Ray unit, before `ray start`.
 
 `check_groups` is the preflight over the whole inventory: every node is in it, defines the
-same service, and agrees with the others on platform, stack, model, layout and device count.
+same service, and agrees with the others on platform, stack, model, layout and device count;
+a node in the run (--limit) without its head is refused. `check_node_env` refuses a per-node
+network variable (its address, its NIC) set once in the service's env for every node.
 """
 
 from __future__ import annotations
@@ -112,6 +114,43 @@ def node_env(platform: Platform, where: Place) -> dict[str, str]:
     return env
 
 
+def per_node_env(platform: Platform) -> dict[str, str]:
+    """The variables node_env gives each node its own value of, upper-case -> what sets them:
+    its address (VLLM_HOST_IP and the platform's `{ip}` variables) and its NIC."""
+    owners = {"VLLM_HOST_IP": f"{NODE_IP_VAR} (each node's own address, per host)"}
+    owners.update(
+        {
+            key.upper(): f"{NODE_IP_VAR} (each node's own address, per host)"
+            for key, value in platform.node_env.items()
+            if "{ip}" in value
+        }
+    )
+    owners.update(
+        {
+            key.upper(): "network_interface (the NIC the collectives use; per host when the "
+            "nodes' NIC names differ)"
+            for key in platform.interface_env
+        }
+    )
+    return owners
+
+
+def check_node_env(service: Service, platform: Platform) -> None:
+    """A multi-node service's env may not set a per-node network variable: one value in the
+    service's env would override every node's own (render.service_env applies it last)."""
+    if not service.nodes:
+        return
+    owners = per_node_env(platform)
+    for key in service.env:
+        owner = owners.get(str(key).upper())
+        if owner:
+            raise AcceldeployError(
+                f"{service.where}.env.{key} would give every node of {list(service.nodes)} "
+                f"the same value, overriding each node's own that the toolkit sets; drop it "
+                f"and set {owner} instead"
+            )
+
+
 def _shared(service: Service) -> dict[str, Any]:
     values = {key: getattr(service, key) for key in SHARED}
     return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
@@ -133,7 +172,9 @@ def node_view(platform: str, pins: str, services: list[Service]) -> dict[str, An
 
 def check_groups(views: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Every inconsistency of the inventory's multi-node services, each naming the variable
-    and the fix. `views`: {host: node_view(...)} of every host of the run."""
+    and the fix. `views`: {host: node_view(...)} of every host of the run. Each group is
+    checked once, from its head, else (the head left out with --limit) from the first of its
+    nodes in the run: a group is never half-deployed unchecked."""
     errors: list[str] = []
     for host, view in views.items():
         groups = view["services"]
@@ -143,16 +184,30 @@ def check_groups(views: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 "multi-node service (one Ray cluster) at a time"
             )
         for name, service in groups.items():
-            if service["nodes"][0] == host:  # checked once, from the head
+            if _checker(name, service["nodes"], views) == host:
                 errors += _check_group(host, name, views)
     return errors
 
 
-def _check_group(head: str, name: str, views: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    mine = views[head]["services"][name]
-    where, errors = mine["where"], []
-    for node in mine["nodes"][1:]:
+def _checker(name: str, nodes: list[str], views: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The host a group is checked from: the first of its nodes in the run that defines it."""
+    return next((n for n in nodes if name in views.get(n, {}).get("services", {})), None)
+
+
+def _check_group(host: str, name: str, views: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    mine = views[host]["services"][name]
+    where, head, errors = mine["where"], mine["nodes"][0], []
+    for node in mine["nodes"]:
+        if node == host:
+            continue
         view = views.get(node)
+        if view is None and node == head:
+            errors.append(
+                f"{where}: {host} is a node of it but its head {head} (the first of its nodes) "
+                "is not in this run; a multi-node service deploys as one: add "
+                f"{head} to --limit (--limit {','.join(mine['nodes'])}) or drop --limit"
+            )
+            continue
         if view is None:
             errors.append(
                 f"{where}.nodes names {node}, which is not in this run; a multi-node service "
@@ -168,31 +223,43 @@ def _check_group(head: str, name: str, views: Mapping[str, Mapping[str, Any]]) -
             )
             continue
         pairs = [
-            ("acceldeploy_platform", views[head]["platform"], view["platform"]),
-            ("the stack (python_env_* and the pins)", views[head]["pins"], view["pins"]),
+            ("acceldeploy_platform", views[host]["platform"], view["platform"]),
+            ("the stack (python_env_* and the pins)", views[host]["pins"], view["pins"]),
             *((f"{where}.{key}", mine[key], theirs[key]) for key in ("devices", *SHARED)),
         ]
         for key, a, b in pairs:
             if a != b:
                 errors.append(
-                    f"{where}: the nodes disagree on {key}: {head} has {a!r}, {node} has {b!r}; "
+                    f"{where}: the nodes disagree on {key}: {host} has {a!r}, {node} has {b!r}; "
                     "make them the same on every node"
                 )
     return errors
 
 
+def check_serial(serial: Any) -> tuple[int, float]:
+    """vllm_service_serial as Ansible reads serial: (count, 0) for a count >= 1, (0, share)
+    for "N%" with 1 <= N <= 100. Preflight runs it (roles/vllm_service/tasks/plan.yml), before
+    any host is contacted; the rollout again."""
+    text = "" if isinstance(serial, bool | list | dict) else str(serial).strip()
+    try:
+        if text.endswith("%"):
+            share = float(text[:-1])
+            if 1 <= share <= 100:
+                return 0, share
+        elif int(text) >= 1:
+            return int(text), 0.0
+    except ValueError:
+        pass
+    raise AcceldeployError(
+        f"vllm_service_serial must be a number >= 1 or a percentage from 1% to 100% such as "
+        f"25% (hosts restarted per batch), got {serial!r}"
+    )
+
+
 def _per_batch(serial: Any, units: int) -> int:
     """vllm_service_serial as Ansible reads serial: a count, or "N%" of the (rollout) units."""
-    text = str(serial).strip()
-    try:
-        count = max(1, int(units * float(text[:-1]) / 100)) if text.endswith("%") else int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise AcceldeployError(
-            f"vllm_service_serial must be a number >= 1 or a percentage such as 25%, got {serial!r}"
-        )
-    return count
+    count, share = check_serial(serial)
+    return count or max(1, int(units * share / 100))
 
 
 def rollout(

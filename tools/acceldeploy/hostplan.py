@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy import cluster, raynode
+from acceldeploy.engineopts import engine_options
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.platforms import Platform, get_platform
 from acceldeploy.render import HostContext, Launch, render_service
 from acceldeploy.roledefaults import value
 from acceldeploy.runtimes.python_env import built_prefix, env_prefix
-from acceldeploy.service import Service, parse_services
+from acceldeploy.service import Service, check_engine_values, parse_services
 from acceldeploy.unit import ServiceUnit, UnitOptions, build, var_name
 
 # {hostname: address} of the hosts a multi-node service names (with_node_ips fills it)
@@ -97,6 +98,10 @@ def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
         )
     platform = get_platform(inputs["platform"], inputs["stacks_file"])
     services = parse_services(hostvars.get("acceldeploy_services") or [], platform.name)
+    engine = engine_options(platform.engine_options)
+    for service in services:
+        check_engine_values(service, engine)
+        cluster.check_node_env(service, platform)
     context = HostContext(
         models_root=str(_set(hostvars, "acceldeploy_models_root") or DEFAULT_MODELS_ROOT),
         env_prefix=None

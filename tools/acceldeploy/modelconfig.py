@@ -70,7 +70,10 @@ DTYPE_BYTES = {
     "float32": 2,  # vLLM's --dtype auto serves fp32 checkpoints in 16-bit
     "float": 2,
 }
-KV_CACHE_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1}
+# vLLM's --kv-cache-dtype values the planner sizes (bfloat16: vLLM 0.12's STR_DTYPE_TO_TORCH_DTYPE).
+KV_CACHE_DTYPE_BYTES = {
+    "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)

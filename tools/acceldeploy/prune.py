@@ -71,12 +71,15 @@ def removable(
 ) -> list[str]:
     """The paths to remove. Kept: the current ones (and any directory holding one), the ones
     in use, and the ``keep`` newest complete others; an incomplete one is never kept."""
+    if int(keep) < 0:
+        # never "keep none": a negative count would remove every older complete directory
+        raise ValueError(f"keep must be 0 or more, got {keep}; nothing was removed")
     current = [c.rstrip("/") for c in current]
     held = set(in_use) | {
         e.path for e in found if any(c == e.path or c.startswith(e.path + "/") for c in current)
     }
     others = sorted((e for e in found if e.path not in held and e.complete), key=lambda e: -e.mtime)
-    kept = held | {e.path for e in others[: max(0, int(keep))]}
+    kept = held | {e.path for e in others[: int(keep)]}
     return [e.path for e in found if e.path not in kept]
 
 

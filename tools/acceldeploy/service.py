@@ -11,16 +11,24 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from acceldeploy import catalog, secrets
-from acceldeploy.engineopts import option_name
+from acceldeploy.engineopts import EngineOptions, option_name
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.modelconfig import KV_CACHE_DTYPE_BYTES
 from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 IFNAME_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")  # a Linux interface name
+# vLLM's modalities (limit_mm_per_prompt's keys: vllm/multimodal/inputs.py, ModalityData).
+MODALITIES = ("image", "video", "audio")
+# What VLLM_SERVER_DEV_MODE=1 adds to vLLM 0.12's API server (vllm/entrypoints/openai/
+# api_server.py): outside /v1, so api_key does not guard them.
+DEV_MODE_ENDPOINTS = ("/server_info", "/reset_prefix_cache", "/reset_mm_cache", "/sleep",
+                      "/wake_up", "/is_sleeping", "/collective_rpc")  # fmt: skip
 # vLLM options the toolkit sets from the service's own keys: never through extra_args, however
 # spelt (--api_key, api-key, ...); the value is the key to use instead.
 OWNED_OPTIONS = {
@@ -252,6 +260,12 @@ def _layout(
 
 def _cluster(merged: dict[str, Any], var: str) -> tuple[int, str | None]:
     port = _int(merged["cluster_port"], f"{var}.cluster_port", 1, 65535)
+    if merged["nodes"] and port == merged["port"]:
+        raise AcceldeployError(
+            f"{var}.cluster_port {port} is also its port: the head's Ray (GCS) and vLLM's API "
+            f"would both listen on {port}; give cluster_port another port (default "
+            f"{DEFAULTS['cluster_port']})"
+        )
     nic = merged["network_interface"]
     if nic is not None and (not isinstance(nic, str) or not IFNAME_RE.fullmatch(nic)):
         raise AcceldeployError(
@@ -265,10 +279,36 @@ def _limits(merged: dict[str, Any], var: str) -> dict[str, int] | None:
     mm = merged["limit_mm_per_prompt"]
     if mm is None:
         return None
-    return {
-        str(k): _int(v, f"{var}.limit_mm_per_prompt.{k}", 0)
-        for k, v in _mapping(mm, f"{var}.limit_mm_per_prompt").items()
-    }
+    limits = _mapping(mm, f"{var}.limit_mm_per_prompt")
+    for key in map(str, limits):
+        if key not in MODALITIES:
+            close = difflib.get_close_matches(key, MODALITIES, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise AcceldeployError(
+                f"{var}.limit_mm_per_prompt.{key} is not a modality vLLM knows{hint}; use "
+                f"{', '.join(MODALITIES)}"
+            )
+    return {str(k): _int(v, f"{var}.limit_mm_per_prompt.{k}", 0) for k, v in limits.items()}
+
+
+def _model_config(merged: dict[str, Any], var: str) -> str | None:
+    """A config.json (or the model directory holding one) on the controller, read by the
+    planner (render.model_arch) for a model outside the catalog."""
+    path = merged["model_config"]
+    if path in (None, ""):
+        return None
+    if not isinstance(path, str):
+        raise AcceldeployError(
+            f"{var}.model_config must be the path of a config.json on the controller, got {path!r}"
+        )
+    given = Path(path).expanduser()
+    if not (given.is_file() or (given / "config.json").is_file()):
+        raise AcceldeployError(
+            f"{var}.model_config is {path}, but there is no such config.json on the controller; "
+            "point it at the model's config.json (or the directory holding it), or drop "
+            "model_config for a model of the catalog"
+        )
+    return path
 
 
 def _memory(merged: dict[str, Any], var: str) -> dict[str, float]:
@@ -328,20 +368,32 @@ def _exposure(merged: dict[str, Any], env: dict[str, str], var: str) -> str:
         raise AcceldeployError(f"{var}.host must be an address, got {host!r}")
     if host in LOOPBACK:
         return host
-    if not merged["api_key"] and merged["allow_unauthenticated_public_bind"] is not True:
+    open_v1 = not merged["api_key"] and merged["allow_unauthenticated_public_bind"] is not True
+    dev = (
+        env.get("VLLM_SERVER_DEV_MODE") not in (None, "0")
+        and merged["allow_dev_mode_on_public_bind"] is not True
+    )
+    endpoints = ", ".join(DEV_MODE_ENDPOINTS)
+    if open_v1 and dev:
+        raise AcceldeployError(
+            f"{var}.host is {host} with two problems: the service has no api_key (anyone who "
+            f"reaches the port can use /v1) and env.VLLM_SERVER_DEV_MODE exposes the dev-mode "
+            f"endpoints {endpoints}, which no api_key guards; bind 127.0.0.1, or set api_key "
+            "(from the vault) and drop VLLM_SERVER_DEV_MODE (or set "
+            "allow_unauthenticated_public_bind / allow_dev_mode_on_public_bind: true)"
+        )
+    if open_v1:
         raise AcceldeployError(
             f"{var}.host is {host} but the service has no api_key: anyone who reaches the port "
             "can use it; set api_key (from the vault), bind 127.0.0.1, or set "
             "allow_unauthenticated_public_bind: true"
         )
-    if (
-        env.get("VLLM_SERVER_DEV_MODE") not in (None, "0")
-        and merged["allow_dev_mode_on_public_bind"] is not True
-    ):
+    if dev:
         raise AcceldeployError(
-            f"{var}: VLLM_SERVER_DEV_MODE exposes unauthenticated admin endpoints and host is "
-            f"{host}; bind 127.0.0.1, drop VLLM_SERVER_DEV_MODE, or set "
-            "allow_dev_mode_on_public_bind: true"
+            f"{var}.env.VLLM_SERVER_DEV_MODE exposes the dev-mode endpoints {endpoints} on "
+            f"host {host}, outside /v1 where api_key does not reach (anyone who reaches the "
+            "port can drop the caches, put the engine to sleep or call methods on its workers); "
+            "drop VLLM_SERVER_DEV_MODE, bind 127.0.0.1, or set allow_dev_mode_on_public_bind: true"
         )
     return host
 
@@ -384,7 +436,7 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
         limit_mm_per_prompt=_limits(merged, var),
         extra_args=_extra_args(merged, var),
         env=env,
-        model_config=merged["model_config"],
+        model_config=_model_config(merged, var),
         block_size=None if block is None else _int(block, f"{var}.block_size", 1, 1024),
         kv_cache_dtype=str(merged["kv_cache_dtype"]),
         memory=_memory(merged, var),
@@ -421,4 +473,33 @@ def parse_services(raw: Any, platform: str) -> list[Service]:
                     "its own devices"
                 )
             seen[key] = s.name
+    for s, other in ((s, o) for s in services for o in services if s.nodes and o is not s):
+        if other.port == s.cluster_port:
+            raise AcceldeployError(
+                f"{s.where}.cluster_port {s.cluster_port} is also the port of service "
+                f"{other.name} ({other.where}.port) on this host: the head's Ray would listen "
+                "on it too; give each its own"
+            )
     return services
+
+
+def check_engine_values(service: Service, engine: EngineOptions) -> None:
+    """The service's keys whose values the platform's engine decides, against the choices
+    recorded from its own parser (data/engine-options/): kv_cache_dtype, which the planner
+    must also be able to size (modelconfig.KV_CACHE_DTYPE_BYTES)."""
+    option = engine.options.get("--kv-cache-dtype") or {}
+    choices = [str(c) for c in option.get("choices") or []] or ["auto", *KV_CACHE_DTYPE_BYTES]
+    allowed = [c for c in choices if c == "auto" or c in KV_CACHE_DTYPE_BYTES]
+    given = service.kv_cache_dtype
+    if given in allowed:
+        return
+    why = (
+        "accepted by the engine but the planner cannot size its KV cache"
+        if given in choices
+        else f"not a value of {engine.engine} {engine.version}'s --kv-cache-dtype"
+    )
+    close = difflib.get_close_matches(given, allowed, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close and given not in choices else ""
+    raise AcceldeployError(
+        f"{service.where}.kv_cache_dtype is {given!r}, {why}{hint}; use one of {', '.join(allowed)}"
+    )

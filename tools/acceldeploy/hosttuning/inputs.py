@@ -291,6 +291,25 @@ def _units(name: str) -> Step:
     return lambda inputs: {name: unit_names(inputs.get(name), name)}
 
 
+# More 2 MiB pages (the smallest hugepage size of the supported hosts) than 16 TiB, beyond
+# the memory of any host the toolkit deploys to: refused on the controller, before the host's
+# own memory is read (planning.hugepages_check bounds it by that, after contact).
+HUGEPAGE_MIB = 2
+HUGEPAGES_MAX_TIB = 16
+HUGEPAGES_MAX = HUGEPAGES_MAX_TIB * (1 << 20) // HUGEPAGE_MIB
+
+
+def _hugepages(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    count = as_int(inputs.get("hugepages"), "hugepages", minimum=0)
+    if count > HUGEPAGES_MAX:
+        raise AcceldeployError(
+            f"host_tuning_hugepages: {count} pages of at least {HUGEPAGE_MIB} MiB is more than "
+            f"{HUGEPAGES_MAX_TIB} TiB, beyond the memory of any supported host; give "
+            f"{HUGEPAGES_MAX} or less: the number of pages, not bytes (4096 pages = 8 GiB)"
+        )
+    return {"hugepages": count}
+
+
 def _sysctls(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "sysctls": {
@@ -313,7 +332,7 @@ STEPS: tuple[Step, ...] = (
     _sysctls,
     _path("sysctl_file"),
     _switch("hugepages_enabled"),
-    _number("hugepages", minimum=0),
+    _hugepages,
     _number("hugepages_max_percent", minimum=1, maximum=95),
     _path("hugepages_file"),
     _switch("governor_enabled"),
@@ -322,7 +341,7 @@ STEPS: tuple[Step, ...] = (
     _switch("reboot"),
     _number("reboot_batch", minimum=1),
     _number("reboot_max_fail_percentage", minimum=0, maximum=100),
-    _number("reboot_timeout", minimum=60),
+    _number("reboot_timeout", minimum=60, maximum=86400),
     _units("reboot_services"),
 )
 

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from acceldeploy import targets
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.platforms import CONTAINER, get_platform
 from acceldeploy.runtimes.versions import normalize_name
@@ -38,6 +43,8 @@ DEFAULT_CONDA_ROOT = "/opt/miniforge3"
 PIP = ["-m", "pip"]
 PIP_QUIET = ["--disable-pip-version-check", "--no-input", "--no-cache-dir", "--progress-bar", "off"]
 CREDENTIALS = re.compile(r"(?<=://)[^/@\s:]+(?::[^/@\s]*)?@")
+# The version an interpreter's name shows: python2.7, python3, python3.13t.
+PYTHON_NAME = re.compile(r"python(\d+)(?:\.(\d+))?[a-z]*")
 # vllm-ascend's build links against the CANN toolkit's devlib.
 ASCEND_DEVLIB = "/usr/local/Ascend/ascend-toolkit/latest/$(uname -m)-linux/devlib"
 
@@ -112,6 +119,43 @@ def _pip_source_args(options: Mapping[str, Any]) -> list[str]:
     for host in _as_list(options.get("trusted_hosts")):
         args += ["--trusted-host", host]
     return args
+
+
+def _check_venv_python(
+    options: Mapping[str, Any], entry: Mapping[str, Any], platform: str, manager: str
+) -> None:
+    """python_env_venv_python refused before any host is contacted when its name shows a
+    version (python2.7, /usr/bin/python3.8) outside what the toolkit supports on a host
+    (data/targets.yml) or, for a venv, what the stack needs; preflight's first contact checks
+    the interpreter itself (targets.stack_interpreter_errors)."""
+    given = str(options.get("venv_python") or "")
+    match = PYTHON_NAME.fullmatch(posixpath.basename(given))
+    if not match:
+        return
+    minimums = targets.table()["minimums"]
+    low, high = Version(str(minimums["python"])), Version(str(minimums["python_max"]))
+    requires = str(entry.get("requires_python") or f"=={entry.get('python')}.*")
+    stack = manager == "venv"
+    if match[2] is None:
+        shown, fits = f"Python {match[1]}", match[1] == "3"
+    else:
+        version = Version(f"{match[1]}.{match[2]}")
+        shown = f"Python {version}"
+        fits = low <= version <= high
+        fits = fits and (not stack or Version(f"{version}.0") in SpecifierSet(requires))
+    if fits:
+        return
+    needs = f"acceldeploy needs Python {low} to {high} on the host"
+    if stack:
+        needs += (
+            f" and the {platform} stack (vLLM {entry['vllm']}) needs Python {requires}"
+            f"{entry.get('requires_python_why') or ''}"
+        )
+    default = f" for /usr/bin/python{entry['python']}" if stack else ""
+    raise AcceldeployError(
+        f"python_env_venv_python is {given}, {shown} by its name; {needs}: set "
+        f"python_env_venv_python to such an interpreter on the host, or leave it empty{default}"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,6 +496,7 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     entry = stack(platform, options.get("stacks_file") or None)
     _check_sources(options)
     extra = _extra_packages(options)
+    _check_venv_python(options, entry, platform, manager)
     if manager == "container":
         return _container_plan(entry, options)
 

@@ -1,0 +1,105 @@
+"""The roles' day-2 numbers (timeouts, retries, counts, keeps, batches) and their bounds.
+
+A role's argument spec says only `int` or `float` (Ansible's specs have no minimum or maximum),
+and a number out of range acts late or wrongly: a negative python_env_keep pruned every older
+build, an async poll of 0 fires a download and forgets it. So each number's bounds are here,
+and each role checks its own beside its other inputs in preflight, before any host is contacted
+(roles/<role>/tasks/validate.yml or plan.yml, through the acceldeploy_number_errors filter).
+host_tuning's numbers are bounded with its other inputs (hosttuning/inputs.py);
+vllm_service_serial, a count or a share of the hosts, by cluster.check_serial.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from acceldeploy import cluster
+from acceldeploy.errors import AcceldeployError
+
+DAY = 86400
+
+
+@dataclass(frozen=True)
+class Bound:
+    low: float
+    high: float
+    unit: str  # what the number counts, for the message
+    whole: bool = True
+    note: str = ""  # what a special value means
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        note = f"; {self.note}" if self.note else ""
+        return f"{kind} from {_shown(self.low)} to {_shown(self.high)} ({self.unit}{note})"
+
+
+def _shown(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+BOUNDS: dict[str, Bound] = {
+    "python_env_keep": Bound(0, 100, "older builds kept", note="0 keeps only the current one"),
+    "model_weights_seed_port": Bound(1, 65535, "a TCP port"),
+    "model_weights_seed_idle_timeout": Bound(1, 7 * DAY, "seconds"),
+    "model_weights_free_space_reserve_gib": Bound(0, 1 << 20, "GiB", whole=False),
+    "model_weights_max_workers": Bound(1, 64, "parallel downloads"),
+    "model_weights_async_timeout": Bound(60, 30 * DAY, "seconds"),
+    "model_weights_async_poll": Bound(1, 3600, "seconds", note="0 would not wait for the download"),
+    "model_weights_progress_interval": Bound(1, 3600, "seconds", whole=False),
+    "vllm_service_start_timeout": Bound(0, DAY, "seconds", note="0 is the platform's"),
+    "vllm_service_restart_sec": Bound(0, 3600, "seconds"),
+    "vllm_service_start_limit_burst": Bound(1, 100, "failed starts"),
+    "vllm_service_drain_timeout": Bound(0, DAY, "seconds", note="0 does not wait"),
+    "vllm_service_model_keep": Bound(-1, 100, "older revisions kept", note="-1 never prunes"),
+    "vllm_service_max_fail_percentage": Bound(0, 100, "percent of a batch"),
+    "vllm_service_gate_max_tokens": Bound(1, 4096, "tokens"),
+    "vllm_service_gate_retries": Bound(1, DAY // 5, "polls 5 s apart"),
+    "gaudi_runtime_hccl_timeout": Bound(60, DAY, "seconds"),
+}
+WHOLE = re.compile(r"\s*-?\d+\s*")
+
+
+# Bounded by a check of their own: a count or a share of the hosts.
+CHECKS: dict[str, Callable[[Any], Any]] = {"vllm_service_serial": cluster.check_serial}
+
+
+def names(role: str) -> list[str]:
+    """The bounded variables of one role (what its check gathers)."""
+    return [name for name in (*BOUNDS, *CHECKS) if name.startswith(f"{role}_")]
+
+
+def number(name: str, value: Any) -> float:
+    """The value of a bounded variable, refused naming it when it is not a number in range.
+    Extra vars (-e) arrive as text: "3" is 3."""
+    bound = BOUNDS[name]
+    found: float | None = None
+    if isinstance(value, bool):
+        found = None
+    elif isinstance(value, int) or (isinstance(value, str) and WHOLE.fullmatch(value)):
+        found = int(value)
+    elif isinstance(value, float) and (value.is_integer() or not bound.whole):
+        found = value
+    elif isinstance(value, str) and not bound.whole:
+        try:
+            found = float(value)
+        except ValueError:
+            found = None
+    if found is None or not bound.low <= found <= bound.high:
+        raise AcceldeployError(f"{name} must be {bound.describe()}, got {value!r}")
+    return found
+
+
+def errors(values: Mapping[str, Any]) -> list[str]:
+    """{variable: value} -> one message per bounded variable out of its bounds."""
+    messages = []
+    for name, value in values.items():
+        if name not in BOUNDS and name not in CHECKS:
+            raise AcceldeployError(f"{name} has no bound in acceldeploy.bounds")
+        try:
+            CHECKS[name](value) if name in CHECKS else number(name, value)
+        except AcceldeployError as exc:
+            messages.append(str(exc))
+    return messages
