@@ -30,6 +30,7 @@ SHIPPED = {
     "__init__.py",
     "errors.py",
     "modelref.py",
+    "secrets.py",
     "fetch/__init__.py",
     "fetch/common.py",
     "fetch/hub.py",

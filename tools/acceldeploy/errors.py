@@ -1,6 +1,8 @@
 """The one error type users see: a one-line reason that names what to change."""
 
-from acceldeploy.secrets import mask
+from __future__ import annotations
+
+from .secrets import mask
 
 
 class AcceldeployError(Exception):

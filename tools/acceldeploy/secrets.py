@@ -100,7 +100,7 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, Mapping):
         for key, item in value.items():
             yield from _strings(item, f"{where}.{key}")
-    elif isinstance(value, list | tuple):
+    elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             yield from _strings(item, f"{where}[{index}]")
     elif isinstance(value, str):
