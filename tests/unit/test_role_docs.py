@@ -198,3 +198,16 @@ def test_write_creates_a_missing_readme(tmp_path):
     for section in ("Requirements", "Role Variables", "Dependencies", "Example Playbook"):
         assert f"## {section}\n" in text
     assert "| `python_env_keep` |" in text
+
+
+def test_the_inventory_reference_lists_every_service_key_the_parser_accepts():
+    """service.KEYS is the parser's list of keys and the reference's source: the page holds
+    its regenerated table, and every key the parser takes has a type and a meaning."""
+    from acceldeploy import service
+
+    assert set(service.KEYS) == {"name", "model", *service.DEFAULTS}
+    assert all(kind and meaning for kind, meaning in service.KEYS.values())
+    page = (roledocs.ROLES_DIR.parent / "docs/reference/inventory.md").read_text()
+    assert roledocs.splice(page, {"service_keys": roledocs.render_service_keys()}) == page
+    for key in service.KEYS:
+        assert f"| `{key}` |" in page

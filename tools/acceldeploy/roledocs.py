@@ -1,4 +1,5 @@
-"""The generated parts of each role's README.md and meta/main.yml.
+"""The generated parts of each role's README.md and meta/main.yml, and of the inventory
+reference (docs/reference/inventory.md: every service key, from service.KEYS).
 
 A README keeps its prose; only the blocks between ``<!-- BEGIN GENERATED: <name> -->`` and
 ``<!-- END GENERATED -->`` are rendered: ``variables`` from the role's meta/argument_specs.yml
@@ -21,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from acceldeploy import rolemeta, targets
+from acceldeploy import rolemeta, service, targets
 from acceldeploy.errors import AcceldeployError
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
@@ -36,6 +37,7 @@ _ANSIBLE_CODE = re.compile(r"\b[CVO]\(([^()]*)\)")
 SOURCES = {
     "variables": "meta/argument_specs.yml",
     "platforms": "tools/acceldeploy/data/targets.yml",
+    "service_keys": "tools/acceldeploy/service.py (KEYS, DEFAULTS)",
 }
 
 
@@ -158,6 +160,16 @@ def render_platforms() -> str:
     return "\n".join(lines)
 
 
+def render_service_keys() -> str:
+    """Every key of an acceldeploy_services entry: its type, default and meaning."""
+    lines = ["| Key | Type | Default | Meaning |", "|---|---|---|---|"]
+    for key, (kind, meaning) in service.KEYS.items():
+        default = service.DEFAULTS.get(key)
+        shown = "—" if default in (None, {}) else _code(json.dumps(default))
+        lines.append(f"| `{key}` | {_prose(kind)} | {shown} | {_prose(meaning)} |")
+    return "\n".join(lines)
+
+
 def sections(role_dir: Path) -> dict[str, str]:
     return {
         "platforms": render_platforms(),
@@ -247,6 +259,12 @@ def expected(role_dir: Path) -> dict[Path, str]:
 def stale(roles_dir: Path = ROLES_DIR) -> dict[Path, str]:
     """The files that differ from what they should hold -> that text."""
     found: dict[Path, str] = {}
+    reference = roles_dir.parent / "docs" / "reference" / "inventory.md"
+    if reference.exists():
+        text = reference.read_text()
+        wanted = splice(text, {"service_keys": render_service_keys()}, str(reference))
+        if wanted != text:
+            found[reference] = wanted
     for role_dir in roles(roles_dir):
         for path, text in expected(role_dir).items():
             if not path.exists() or path.read_text() != text:

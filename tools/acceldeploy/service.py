@@ -87,6 +87,47 @@ DEFAULTS: dict[str, Any] = {
     "allow_unauthenticated_public_bind": False,
 }
 MEMORY_KEYS = ("weights_gib", "activation_gib", "non_torch_gib")
+# Every key of a service: (type, meaning). The parser accepts exactly these, and the inventory
+# reference (docs/reference/inventory.md) is generated from them (roledocs.py).
+KEYS: dict[str, tuple[str, str]] = {
+    "name": ("str, required", "The systemd unit and served model name: lowercase letters, "
+             "digits, dots, dashes and underscores."),
+    "model": ("str, required", "The model id, `org/name` (a catalog entry brings its tuned "
+              "flags per platform)."),
+    "source": ("hf or modelscope", "The hub model_weights downloads it from."),
+    "revision": ("str", "The commit or tag to pin (the model's directory ends in @revision)."),
+    "allow_patterns": ("list of str", "Only the files matching these globs are downloaded."),
+    "devices": ("list of int", "The accelerator indexes the service owns (one per TP rank on "
+                "one host); none on the CPU platform."),
+    "tensor_parallel_size": ("int", "TP ranks; worked out from devices (and nodes) when unset."),
+    "pipeline_parallel_size": ("int", "PP stages (a multi-node service's nodes)."),
+    "nodes": ("list of str", "Inventory hostnames of a service over several hosts; the first "
+              "is the Ray head and serves the API."),
+    "cluster_port": ("int", "The Ray head's port (a multi-node service); not a service port."),
+    "network_interface": ("str", "The NIC the collectives use on every node (GLOO / HCCL "
+                          "interface variables)."),
+    "port": ("int", "The API port."),
+    "host": ("str", "The bind address; beyond loopback it needs api_key (or "
+             "allow_unauthenticated_public_bind)."),
+    "max_model_len": ("int or auto", "auto: the largest multiple of 1024 the KV cache holds."),
+    "gpu_memory_utilization": ("float in (0, 1]", "The share of device memory vLLM may use."),
+    "limit_mm_per_prompt": ("mapping", "Items per prompt by modality: `{image: 5, video: 0}`."),
+    "extra_args": ("mapping", "Any `vllm serve` flag of the platform's engine, checked against "
+                   "its recorded parser: `{max-num-seqs: 4}`; `true` is a bare flag."),
+    "env": ("mapping", "Extra environment of the unit; no credentials (the unit is readable by "
+            "every user)."),
+    "model_config": ("path", "A local config.json (or model directory) for a model outside the "
+                     "catalog, so the planner can size it."),
+    "block_size": ("int", "KV cache block size; the platform's default when unset."),
+    "kv_cache_dtype": ("str", "auto, or a dtype the engine and the planner know (fp8, ...)."),
+    "memory": ("mapping", "weights_gib, activation_gib, non_torch_gib per device: override "
+               "the planner's estimates."),
+    "api_key": ("str (vault)", "The API key: only in the service's 0600 EnvironmentFile "
+                "(VLLM_API_KEY)."),
+    "allow_dev_mode_on_public_bind": ("bool", "Accept VLLM_SERVER_DEV_MODE beyond loopback."),
+    "allow_unauthenticated_public_bind": ("bool", "Accept a bind beyond loopback without "
+                                          "api_key."),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -162,7 +203,7 @@ def _mapping(value: Any, var: str) -> dict[str, Any]:
 
 
 def _keys(spec: dict[str, Any], var: str) -> None:
-    allowed = ["name", "model", *DEFAULTS]
+    allowed = list(KEYS)
     unknown = sorted(set(map(str, spec)) - set(allowed))
     if unknown:
         close = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.6)
