@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Load and memory on a fleet's services: vLLM's own benchmark, phases, verdict, plots."""
+"""`acceldeploy bench`: load and memory on a fleet's services: vLLM's benchmark, phases, verdict."""
 
 import sys
+from pathlib import Path
 
-from acceldeploy.cli_bench import main
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from acceldeploy.cli import main
 
-sys.exit(main())
+sys.exit(main(["bench", *sys.argv[1:]], prog="bench.py"))

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Size KV caches, explain vLLM start-up logs, render services: see `plan.py -h`."""
+"""`acceldeploy plan`: size KV caches, explain vLLM start-up logs, render services (-h)."""
 
 import sys
+from pathlib import Path
 
-from acceldeploy.cli_plan import main
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from acceldeploy.cli import main
 
-sys.exit(main())
+sys.exit(main(["plan", *sys.argv[1:]], prog="plan.py"))

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Tune one service's flags under a latency SLA and a memory headroom (seed 002's loop)."""
+"""`acceldeploy tune`: tune one service's flags under a latency SLA and a memory headroom."""
 
 import sys
+from pathlib import Path
 
-from acceldeploy.cli_tune import main
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from acceldeploy.cli import main
 
-sys.exit(main())
+sys.exit(main(["tune", *sys.argv[1:]], prog="tune.py"))

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Check a deployed fleet: host state, every service's API, an opt-in memory probe."""
+"""`acceldeploy verify`: check a deployed fleet: host state, every service's API, a memory probe."""
 
 import sys
+from pathlib import Path
 
-from acceldeploy.cli_verify import main
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from acceldeploy.cli import main
 
-sys.exit(main())
+sys.exit(main(["verify", *sys.argv[1:]], prog="verify.py"))

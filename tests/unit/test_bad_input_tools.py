@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from acceldeploy import cli_bench, cli_tune
+from acceldeploy import cli
 from acceldeploy.tune import apply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,13 +87,13 @@ def inventory(tmp_path: Path) -> Path:
 
 def bench(inventory: Path, *args: str) -> int:
     out = inventory.parent / "bench-results"
-    return cli_bench.main(["-i", str(inventory), "--out", str(out), *args])
+    return cli.main(["bench", "-i", str(inventory), "--out", str(out), *args], prog="bench.py")
 
 
 def tune(inventory: Path, host: str, space: str, *args: str) -> int:
     argv = ["-i", str(inventory), "--host", host, "--service", SERVICE, "--profile", "smoke",
             "--space", space, "--sla", "p99_ttft<=2s", "--out", str(inventory.parent / "tune")]  # fmt: skip
-    return cli_tune.main([*argv, *args])
+    return cli.main(["tune", *argv, *args], prog="tune.py")
 
 
 def refused(capsys: pytest.CaptureFixture[str], tool: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.cli_tune import plan_point
+from acceldeploy.cli.tune import plan_point
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import host_plan
 from acceldeploy.inventory import host_vars
@@ -186,7 +186,7 @@ def test_apply_changes_only_the_winners_keys_and_keeps_comments(tmp_path):
 def test_pareto_plot_shows_a_point_that_missed_at_its_lowest_rate(tmp_path):
     from PIL import Image
 
-    from acceldeploy.cli_tune import plot_pareto
+    from acceldeploy.cli.tune import plot_pareto
 
     met = {"label": "max_num_seqs=8", "throughput": 1.96, "p99_ttft_ms": 417.0, "peak_mib": 2524.0}
     missed = {"label": "max_num_seqs=1", "throughput": None, "p99_ttft_ms": None,

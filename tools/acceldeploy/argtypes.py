@@ -4,6 +4,7 @@ named) before it reads an inventory or contacts a host."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -35,9 +36,15 @@ def bounded(
     return parse
 
 
+def usage_error(prog: str, message: str) -> NoReturn:
+    """Exit 2 with one line on stderr: `PROG: error: MESSAGE (see PROG --help)`, masked."""
+    sys.stderr.write(f"{prog}: error: {mask(message)} (see {prog} --help)\n")
+    sys.exit(2)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Usage errors as one line naming the flag (exit 2), like the tools' other errors, with
     any credential on the command line masked (`--api-key <token>` is not echoed)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {mask(message)} (see {self.prog} --help)\n")
+        usage_error(self.prog, message)

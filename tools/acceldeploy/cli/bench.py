@@ -1,5 +1,6 @@
-"""bench.py: vLLM's own benchmark on every selected service of a fleet, with memory and
-vLLM's metrics through every phase, a leak-or-cache verdict, plots and baselines."""
+"""`acceldeploy bench` (tools/bench.py): vLLM's own benchmark on every selected service of a
+fleet, with memory and vLLM's metrics through every phase, a leak-or-cache verdict, plots and
+baselines."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,19 +16,23 @@ from typing import Any
 import jsonschema
 
 from acceldeploy import selection
-from acceldeploy.argtypes import OneLineParser, bounded
+from acceldeploy.argtypes import bounded
 from acceldeploy.bench import baseline, profiles, report
 from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
+from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.secrets import mask
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "bench-summary.schema.json"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="bench.py", description=__doc__)
-    parser.add_argument("-i", "--inventory", required=True)
-    parser.add_argument("--limit", default="all", help="an Ansible host pattern")
+def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "bench",
+        parents=[parents.inventory, parents.limit],
+        help="vLLM's benchmark on a fleet's services: memory, leak verdict, plots, baselines",
+        description=__doc__,
+    )
     parser.add_argument("--service", action="append", default=[], help="only these (repeatable)")
     parser.add_argument("--profile", required=True, help="smoke, image_reuse, random-mm, ...")
     parser.add_argument("--baseline", type=Path, help="an earlier run dir to compare with")
@@ -125,17 +129,13 @@ def sla_line(service: dict[str, Any]) -> str:
     return f"{where}: highest rate meeting {limits}: {found} (tried {tried})"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        targets = select(args)
-        then = baseline.load(args.baseline) if args.baseline else None
-        read_all_deployed(targets, args.timeout)
-        if then is not None and not args.force:
-            baseline.check_keys(then, {(t.host, t.service): run_key(t) for t in targets})
-    except AcceldeployError as exc:
-        print(f"bench.py: error: {mask(str(exc))}", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    prog = getattr(args, PROG)
+    targets = select(args)
+    then = baseline.load(args.baseline) if args.baseline else None
+    read_all_deployed(targets, args.timeout)
+    if then is not None and not args.force:
+        baseline.check_keys(then, {(t.host, t.service): run_key(t) for t in targets})
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{args.profile}"
     out = args.out / run_id
     out.mkdir(parents=True, exist_ok=True)
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except KeyboardInterrupt:
             live.stop()
-            print(f"bench.py: interrupted; the drivers on the hosts are stopped. {out} has the "
+            print(f"{prog}: interrupted; the drivers on the hosts are stopped. {out} has the "
                   "services that finished.", file=sys.stderr)  # fmt: skip
             return 130
     print()
@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.write_html(run, out)
     for error in run["errors"]:
         where = f"{error['host']}/{error['service']}"
-        print(f"bench.py: {where}: {mask(error['error'])}", file=sys.stderr)
+        print(f"{prog}: {where}: {mask(error['error'])}", file=sys.stderr)
     for service in services:
         for device in service["verdict"]["devices"]:
             print(f"{service['host']}/{service['service']}: {device['state']}: {device['reason']}")
@@ -188,7 +188,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         or any(s["verdict"]["state"] == "growing" for s in services)
     )
     return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,25 +1,28 @@
-"""verify.py: check a deployed fleet, host by host and service by service."""
+"""`acceldeploy verify` (tools/verify.py): check a deployed fleet, host by host and service by
+service: host state, every service's API, an opt-in memory probe."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from acceldeploy.argtypes import OneLineParser, bounded
+from acceldeploy.argtypes import bounded
+from acceldeploy.cli.common import Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.verify import report, runner
 from acceldeploy.verify.model import passed
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="verify.py", description=__doc__)
-    parser.add_argument("-i", "--inventory", required=True)
-    parser.add_argument("--limit", default="all", help="an Ansible host pattern")
-    out = parser.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="JSON (schemas/verify-report.schema.json)")
-    out.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE")
+def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "verify",
+        parents=[parents.inventory, parents.limit, parents.json],
+        help="check a deployed fleet: host state, every service's API, a memory probe",
+        description=__doc__,
+        epilog="--json follows schemas/verify-report.schema.json.",
+    )
+    parser.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE")
     parser.add_argument(
         "--timeout",
         type=bounded(float, 0, 3600, above=True),
@@ -39,14 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    if args.json and args.junit:
+        raise AcceldeployError("argument --junit: not allowed with argument --json")
     options = runner.Options(args.timeout, args.mm_leak_probe, args.mm_leak_threshold_mib)
-    try:
-        checks = runner.run(args.inventory, args.limit, options)
-    except AcceldeployError as exc:
-        print(f"verify.py: error: {exc}", file=sys.stderr)
-        return 2
+    checks = runner.run(args.inventory, args.limit, options)
     if args.json:
         print(report.dumps(report.to_json(checks, args.inventory)))
     else:
@@ -54,7 +54,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.junit:
         Path(args.junit).write_text(report.to_junit(checks))
     return 0 if passed(checks) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,15 +1,16 @@
-"""plan.py: size a model's KV cache, explain a vLLM start-up log, render a host's services."""
+"""`acceldeploy plan` (tools/plan.py): size a model's KV cache, explain a vLLM start-up log,
+render a host's services, list the model catalog."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from acceldeploy import catalog
-from acceldeploy.argtypes import OneLineParser, bounded
+from acceldeploy.argtypes import bounded
+from acceldeploy.cli.common import Parents, command
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import host_launches, host_plan, with_node_ips
 from acceldeploy.kvplan import (
@@ -67,9 +68,7 @@ def _table(rows: Sequence[tuple[str, Any]]) -> str:
 
 def cmd_kv(args: argparse.Namespace) -> int:
     if args.block_size is None and args.platform is None:
-        raise AcceldeployError(
-            f"plan.py kv: give --platform ({', '.join(platform_names())}) or --block-size"
-        )
+        raise AcceldeployError(f"give --platform ({', '.join(platform_names())}) or --block-size")
     block = args.block_size or get_platform(args.platform).block_size
     layout = kv_layout(_arch(args), args.tp, block, args.kv_cache_dtype, args.dtype)
     available, budget = _available(args)
@@ -208,11 +207,19 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="plan.py", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "plan",
+        help="size KV caches, explain vLLM start-up logs, render a host's services",
+        description=__doc__,
+    )
+    sub = parser.add_subparsers(dest="plan_command", metavar="PLAN_COMMAND", required=True)
 
-    kv = sub.add_parser("kv", help="KV cache size, blocks and the largest max model len")
+    kv = command(
+        sub.add_parser(
+            "kv", parents=[parents.json], help="KV cache size, blocks and the largest max model len"
+        )
+    )
     model = kv.add_mutually_exclusive_group(required=True)
     model.add_argument("--model-config", help="config.json or a model directory")
     model.add_argument("--model", help="a catalog model id, e.g. Qwen/Qwen3-VL-32B-Instruct")
@@ -249,38 +256,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kv.add_argument("--semantics", choices=BUDGET_SEMANTICS, default="vllm")
     kv.add_argument("--max-model-len", type=bounded(int, 1))
-    kv.add_argument("--json", action="store_true")
     kv.set_defaults(func=cmd_kv)
 
-    explain = sub.add_parser("explain", help="the memory budget in a vLLM start-up log")
+    explain = command(
+        sub.add_parser(
+            "explain", parents=[parents.json], help="the memory budget in a vLLM start-up log"
+        )
+    )
     explain.add_argument("logfile")
-    explain.add_argument("--json", action="store_true")
     explain.set_defaults(func=cmd_explain)
 
-    render = sub.add_parser("render", help="the exact vllm serve argv and env of a host")
-    render.add_argument("-i", "--inventory", required=True)
+    render = command(
+        sub.add_parser(
+            "render",
+            parents=[parents.inventory, parents.json],
+            help="the exact vllm serve argv and env of a host",
+        )
+    )
     render.add_argument("--host", required=True)
     render.add_argument("--service")
-    render.add_argument("--json", action="store_true")
     render.add_argument(
         "--unit", action="store_true", help="print the systemd unit and launcher instead"
     )
     render.set_defaults(func=cmd_render)
 
-    cat = sub.add_parser("catalog", help="list the model catalog")
+    cat = command(sub.add_parser("catalog", help="list the model catalog"))
     cat.set_defaults(func=cmd_catalog)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
-    try:
-        return func(args)
-    except AcceldeployError as exc:
-        print(f"plan.py: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return func(args)

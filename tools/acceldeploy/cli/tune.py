@@ -1,8 +1,8 @@
-"""tune.py: seed 002's loop on one service, by itself. Each point of a grid of service keys
-runs on the real service (a runtime drop-in, restart, the bench profile with an SLA rate
-search, memory and metrics); the planner skips points that cannot start; the best point that
-meets the SLA and a memory headroom is proposed as an inventory snippet. The service is put
-back on its deployed flags at the end, on failure and on Ctrl-C."""
+"""`acceldeploy tune` (tools/tune.py): seed 002's loop on one service, by itself. Each point of
+a grid of service keys runs on the real service (a runtime drop-in, restart, the bench profile
+with an SLA rate search, memory and metrics); the planner skips points that cannot start; the
+best point that meets the SLA and a memory headroom is proposed as an inventory snippet. The
+service is put back on its deployed flags at the end, on failure and on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import dataclasses
 import signal
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from acceldeploy import selection
-from acceldeploy.argtypes import OneLineParser, bounded
+from acceldeploy.argtypes import bounded
 from acceldeploy.bench import profiles
 from acceldeploy.bench.profiles import Profile, Sweep
 from acceldeploy.bench.runner import Target, read_deployed, run_target
+from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import HostPlan
 from acceldeploy.secrets import mask
@@ -31,12 +31,16 @@ from acceldeploy.unit import ServiceUnit
 from acceldeploy.verify.runner import connection
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="tune.py", description=__doc__)
-    parser.add_argument("-i", "--inventory", required=True)
+def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "tune",
+        parents=[parents.inventory],
+        help="tune one service's flags under a latency SLA and a memory headroom",
+        description=__doc__,
+    )
     parser.add_argument("--host", required=True)
     parser.add_argument("--service", required=True)
-    parser.add_argument("--profile", required=True, help="a bench profile (tools/bench.py)")
+    parser.add_argument("--profile", required=True, help="a bench profile (acceldeploy bench)")
     parser.add_argument("--space", required=True, help="'max_num_seqs=4,8 kv_cache_space_gib=1,2'")
     parser.add_argument(
         "--sla", required=True, help="'p99_ttft<=2s,p99_tpot<=100ms' (replaces the profile's)"
@@ -148,39 +152,35 @@ def total_memory_mib(conn: Any, platform: Any) -> float | None:
     return float(out) / 1024 if out.strip() else None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        config = setup(args)
-        out = args.resume or args.out / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.service}"
-        state = load_state(out) if args.resume else None
-        if args.resume and state is None:
-            raise AcceldeployError(f"--resume {args.resume}: no tune.json there")
-        if state is not None and state["settings"] != config.settings:
-            changed = sorted(
-                k for k in config.settings if state["settings"].get(k) != config.settings[k]
-            )
-            raise AcceldeployError(
-                f"--resume {out}: the search was started with other {', '.join(changed)}"
-            )
-    except AcceldeployError as exc:
-        print(f"tune.py: error: {mask(str(exc))}", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    config = setup(args)
+    out = args.resume or args.out / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.service}"
+    state = load_state(out) if args.resume else None
+    if args.resume and state is None:
+        raise AcceldeployError(f"--resume {args.resume}: no tune.json there")
+    if state is not None and state["settings"] != config.settings:
+        changed = sorted(
+            k for k in config.settings if state["settings"].get(k) != config.settings[k]
+        )
+        raise AcceldeployError(
+            f"--resume {out}: the search was started with other {', '.join(changed)}"
+        )
     note = refused_note(config.candidates)
     if note:
-        print(f"tune.py: {mask(note)}", file=sys.stderr)
+        print(f"{getattr(args, PROG)}: {mask(note)}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     state = state or {"settings": config.settings, "points": []}
-    return run(args, config, out, state)
+    return tune(args, config, out, state)
 
 
-def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any]) -> int:
+def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any]) -> int:
+    """The search on the host, the service restored at the end whatever happens."""
+    prog = getattr(args, PROG)
     conn = connection(config.host, config.hostvars, args.timeout)
     try:
         conn.open()
     except Exception as exc:
-        print(f"tune.py: error: cannot reach {config.host}: {mask(str(exc))}", file=sys.stderr)
-        return 2
+        raise AcceldeployError(f"cannot reach {config.host}: {exc}") from None
     deployed_unit = config.unit
     before = dropin.fingerprint(conn, deployed_unit)
     total = total_memory_mib(conn, config.plan.platform)
@@ -222,11 +222,11 @@ def run(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any
     if config.apply_to and best and not interrupted:
         write_winner(config.apply_to, args.service, best)
     if interrupted:
-        print(f"tune.py: interrupted; {args.service} is back on its deployed flags. "
+        print(f"{prog}: interrupted; {args.service} is back on its deployed flags. "
               f"--resume {out} continues.", file=sys.stderr)  # fmt: skip
         return 130
     if not (state["restored"]["healthy"] and state["restored"]["identical"]):
-        print(f"tune.py: {args.service} was not restored as it was: {mask(str(state['restored']))}",
+        print(f"{prog}: {args.service} was not restored as it was: {mask(str(state['restored']))}",
               file=sys.stderr)  # fmt: skip
         return 1
     return 0 if best else 1
@@ -332,7 +332,3 @@ def plot_pareto(
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

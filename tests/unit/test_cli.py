@@ -1,0 +1,176 @@
+"""The one command, `acceldeploy`: its subcommands, --version, the shared options declared once,
+the tools/*.py shims and the one error style (one line, `acceldeploy <sub>: error: ...`, exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from acceldeploy import __version__, cli
+from acceldeploy.cli import common
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "tools" / "acceldeploy"
+SHIMS = {"plan": "plan.py", "verify": "verify.py", "bench": "bench.py", "tune": "tune.py",
+         "lab": "lab.py"}  # fmt: skip
+SCRIPT = Path(sys.executable).with_name("acceldeploy")  # the console script pip installs
+
+
+def acceldeploy(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "acceldeploy"]
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, check=False, cwd=ROOT, timeout=120
+    )
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    assert parser._subparsers is not None
+    action = parser._subparsers._group_actions[0]
+    assert isinstance(action, argparse._SubParsersAction)
+    return dict(action.choices)
+
+
+def test_help_lists_every_subcommand():
+    proc = acceldeploy("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: acceldeploy")
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("    ")]
+    for name in ("plan", "verify", "bench", "tune", "lab"):
+        assert name in listed, proc.stdout
+    assert set(cli.COMMANDS) >= set(SHIMS)
+
+
+def test_console_script_is_declared():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'acceldeploy = "acceldeploy.cli:main"' in pyproject
+
+
+def test_version_prints_the_package_version_and_every_pinned_stack():
+    proc = acceldeploy("--version")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"acceldeploy {__version__}"
+    assert importlib.metadata.version("acceldeploy") == __version__  # pyproject reads it
+    stacks = yaml.safe_load((ROOT / "versions" / "stacks.yml").read_text())
+    for platform, entry in stacks.items():
+        line = next((x for x in lines[1:] if x.split()[0] == platform), None)
+        assert line is not None, f"{platform} missing from\n{proc.stdout}"
+        assert f"vLLM {entry['vllm']}" in line
+        for plugin in ("vllm_ascend", "vllm_fork_ref"):
+            if plugin in entry:
+                assert str(entry[plugin]) in line
+
+
+def test_inventory_is_declared_once_in_the_product():
+    declared = [
+        path.relative_to(PACKAGE)
+        for path in PACKAGE.rglob("*.py")
+        if '"--inventory"' in path.read_text() and path.parent.name != "lab"
+    ]
+    assert declared == [Path("cli/common.py")]
+
+
+def test_subcommands_share_the_parent_options():
+    """-i, --limit and --json are the parent parsers' own actions wherever they appear."""
+    shared = common.parents()
+    top = cli.build_parser()
+    commands = subparsers(top)
+    takers = {
+        "verify": commands["verify"],
+        "bench": commands["bench"],
+        "tune": commands["tune"],
+        "plan render": subparsers(commands["plan"])["render"],
+    }
+    for name, parser in takers.items():
+        action = parser._option_string_actions["-i"]
+        assert action.option_strings == ["-i", "--inventory"] and action.required, name
+    # one Parents object is handed to every subcommand: their -i is one action
+    ids = {id(parser._option_string_actions["--inventory"]) for parser in takers.values()}
+    assert len(ids) == 1
+    assert "--limit" in commands["verify"]._option_string_actions
+    assert "--limit" not in commands["tune"]._option_string_actions
+    assert "--json" not in commands["bench"]._option_string_actions
+    assert shared.inventory._option_string_actions["-i"].required
+
+
+def test_product_commands_do_not_import_the_lab():
+    code = (
+        "import sys\n"
+        "import acceldeploy.cli as c\n"
+        "for name in ('plan', 'verify', 'bench', 'tune', 'lab'): c.subcommand(name)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('acceldeploy.lab')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert proc.stdout.strip() == "[]"
+
+
+def test_plan_shim_runs():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "plan.py"), "catalog"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Qwen/" in proc.stdout
+
+
+@pytest.mark.parametrize("name", sorted(SHIMS))
+def test_each_shim_is_its_subcommand_under_its_own_name(name):
+    shim = SHIMS[name]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / shim), "--help"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: {shim} ")
+    direct = acceldeploy(name, "--help")
+    assert direct.returncode == 0
+    assert direct.stdout.startswith(f"usage: acceldeploy {name} ")
+
+
+@pytest.mark.parametrize(
+    ("args", "prefix", "named"),
+    [
+        (["verify"], "acceldeploy verify: error: ", "-i/--inventory"),
+        (["bench", "-i", "x", "--profile", "smoke", "--timeout", "0"],
+         "acceldeploy bench: error: ", "--timeout"),
+        (["plan", "kv", "--model", "Qwen/Qwen3-8B", "--tp", "0"], "acceldeploy plan kv: error: ",
+         "--tp"),
+        (["nope"], "acceldeploy: error: ", "invalid choice"),
+        # an AcceldeployError, not a usage error: the same style
+        (["plan", "kv", "--model", "Qwen/Qwen3-8B", "--available-gib", "4"],
+         "acceldeploy plan kv: error: ", "--platform"),
+        (["verify", "-i", "inventory/examples/ascend-910b", "--json", "--junit", "x.xml"],
+         "acceldeploy verify: error: ", "--junit"),
+    ],
+)  # fmt: skip
+def test_an_error_is_one_line_exit_2(args, prefix, named):
+    proc = acceldeploy(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(prefix) and named in lines[0], proc.stderr
+    assert proc.stdout == ""
+
+
+def test_an_error_masks_credentials(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["plan", "catalog", "--api-key", "sk-planted0123456789"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("acceldeploy plan catalog: error: ") and err.count("\n") == 1
+    assert "sk-planted0123456789" not in err
+
+
+def test_an_acceldeploy_error_names_the_shim(capsys):
+    code = cli.main(["plan", "kv", "--model", "Qwen/Qwen3-8B", "--available-gib", "4"],
+                    prog="plan.py")  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("plan.py kv: error: give --platform") and err.count("\n") == 1
