@@ -43,16 +43,19 @@ def grep_controller(token: str, *roots: Path) -> list[str]:
 def test_a_planted_api_key_is_only_in_its_0600_file(tmp_path: Path) -> None:
     # verify runs below against an inventory that holds the key (site.yml's verify stage reads
     # the inventory, not these extra vars)
-    run = run_playbook(
-        "site.yml", INVENTORY,
-        {"acceldeploy_services": services_with_key(), "model_weights_hf_token": HUB_TOKEN,
-         **BOTH_AT_ONCE},
-        args=["-v"], skip_tags=["verify"], timeout=3000,
-    )  # fmt: skip
+    planted = {"acceldeploy_services": services_with_key(), "model_weights_hf_token": HUB_TOKEN,
+               **BOTH_AT_ONCE}  # fmt: skip
+    run = run_playbook("site.yml", INVENTORY, planted, args=["-v"], skip_tags=["verify"],
+                       timeout=3000)  # fmt: skip
     try:
         assert run.ok, run.output[-6000:]
-        for token in (KEY, HUB_TOKEN):
-            assert token not in run.stdout and token not in run.stderr
+        # a preview of a change of key on the converged hosts: the secrets file would change
+        preview = run_playbook("site.yml", INVENTORY, {**planted, "acceldeploy_services": [
+            {**s, "api_key": KEY[::-1]} for s in services_with_key()]}, check=True, diff=True,
+            args=["-v"], skip_tags=["verify"], timeout=900)  # fmt: skip
+        assert preview.ok, preview.output[-6000:]
+        for token in (KEY, KEY[::-1], HUB_TOKEN):
+            assert token not in run.stdout + run.stderr + preview.stdout + preview.stderr
         for host in HOSTS:
             found = on_host(host, f"grep -rIl --exclude-dir=proc -- {KEY} {SEARCHED} || true")
             assert found.split() == [SECRET], found
