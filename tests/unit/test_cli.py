@@ -174,3 +174,11 @@ def test_an_acceldeploy_error_names_the_shim(capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("plan.py kv: error: give --platform") and err.count("\n") == 1
+
+
+def test_the_files_the_commands_read_exist() -> None:
+    """Paths the CLI modules build from their own location (they moved into cli/ once and a
+    schema path broke only on the lab)."""
+    from acceldeploy.cli import bench
+
+    assert bench.SCHEMA.is_file(), bench.SCHEMA

@@ -23,7 +23,7 @@ from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.secrets import mask
 
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "bench-summary.schema.json"
+SCHEMA = Path(__file__).resolve().parents[3] / "schemas" / "bench-summary.schema.json"
 
 
 def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
