@@ -20,6 +20,9 @@ pytestmark = pytest.mark.e2e
 HOSTS = ("lab1", "lab2")
 KEY = "sk-acceldeploy-PLANTED-4f1c9e"
 HUB_TOKEN = "hf_acceldeployPLANTEDhubtoken7d2a"
+# Enough load to write every result file bench.py writes, two rounds for its verdict.
+PLANTED_PROFILE = {"dataset": "images", "prompts": 4, "output_len": 4, "max_concurrency": 2,
+                   "rounds": 2, "warmups": 0}  # fmt: skip
 SECRET = "/etc/acceldeploy/secrets/qwen3-vl.env"
 # Everywhere a key could leak to on a host, but the serving env (GBs of wheels).
 # The rollout order is test_vllm_service's subject, not this one's: both hosts restart at once.
@@ -76,11 +79,12 @@ def test_a_planted_api_key_is_only_in_its_0600_file(tmp_path: Path) -> None:
             for entry in group["hosts"].values():
                 entry["acceldeploy_services"] = services_with_key()  # beats group_vars
                 entry["model_weights_hf_token"] = HUB_TOKEN
+                entry["acceldeploy_bench_profiles"] = {"planted": PLANTED_PROFILE}
         keyed.write_text(yaml.safe_dump(hosts))
         results = tmp_path / "bench"
         try:
             verify = tool("verify.py", "-i", str(keyed))
-            bench = tool("bench.py", "-i", str(keyed), "--limit", HOSTS[0], "--profile", "smoke",
+            bench = tool("bench.py", "-i", str(keyed), "--limit", HOSTS[0], "--profile", "planted",
                          "--out", str(results))  # fmt: skip
         finally:
             keyed.unlink()
