@@ -11,7 +11,7 @@ from typing import Any
 from acceldeploy import weights
 from acceldeploy.ansible_adapter import filters
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.stacks import VERSIONS_DIR
+from acceldeploy.planner.stacks import VERSIONS_DIR
 
 
 def model_weights_specs(services: Any, require_revision: bool = True) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """Ansible adapter over acceldeploy.runtimes (tools/acceldeploy/runtimes/) and
-acceldeploy.stacks for the roles ascend_runtime, gaudi_runtime and python_env: the roles
+acceldeploy.planner.stacks for the roles ascend_runtime, gaudi_runtime and python_env: the roles
 collect raw text on the hosts, these filters decide; bad input fails naming the variable.
 
 acceldeploy is installed (editable) in the controller's venv by pyproject.toml."""
@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from acceldeploy import runtimes, stacks, wheelcache
+from acceldeploy import runtimes, wheelcache
 from acceldeploy.ansible_adapter import filters, plain
+from acceldeploy.planner import stacks
 
 
 def runtime_stack(platform: str, stacks_file: str = "") -> dict[str, Any]:

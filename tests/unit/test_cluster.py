@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from acceldeploy import cluster, hostplan
-from acceldeploy.engineopts import engine_options
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import hosts_vars
-from acceldeploy.kvplan import kv_layout
-from acceldeploy.modelconfig import ModelArch
-from acceldeploy.platforms import get_platform
+from acceldeploy.planner.engineopts import engine_options
+from acceldeploy.planner.kvplan import kv_layout
+from acceldeploy.planner.modelconfig import ModelArch
+from acceldeploy.planner.platforms import get_platform
 from acceldeploy.service import parse_service, parse_services
 from acceldeploy.unit import UnitOptions, render_files
 

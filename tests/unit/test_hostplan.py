@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acceldeploy import hostplan, stacks
+from acceldeploy import hostplan
 from acceldeploy.inventory import host_vars
-from acceldeploy.platforms import get_platform, platform_names
+from acceldeploy.planner import stacks
+from acceldeploy.planner.platforms import get_platform, platform_names
 from acceldeploy.roledefaults import role_defaults
 from acceldeploy.unit import UnitOptions, render_files, var_name
 from acceldeploy.verify import hoststate, runner

@@ -156,8 +156,8 @@ def test_lab_service_gets_the_cpu_flags() -> None:
 
 
 def test_catalog_entry_matches_the_tiny_model() -> None:
-    from acceldeploy import catalog
-    from acceldeploy.modelconfig import parse_model_arch
+    from acceldeploy.planner import catalog
+    from acceldeploy.planner.modelconfig import parse_model_arch
 
     entry = catalog.find(tinymodel.MODEL_ID)
     assert entry is not None

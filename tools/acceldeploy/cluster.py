@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import Platform
+from acceldeploy.planner.platforms import Platform
 from acceldeploy.service import Service
 
 NODE_IP_VAR = "acceldeploy_node_ip"

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy import cluster, raynode
-from acceldeploy.engineopts import engine_options
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import Platform, get_platform
+from acceldeploy.planner.engineopts import engine_options
+from acceldeploy.planner.platforms import Platform, get_platform
 from acceldeploy.render import HostContext, Launch, render_service
 from acceldeploy.roledefaults import value
 from acceldeploy.runtimes.python_env import built_prefix, env_prefix

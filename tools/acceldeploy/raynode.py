@@ -15,7 +15,7 @@ import posixpath
 
 from acceldeploy import cluster, gaudi, render
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import Platform
+from acceldeploy.planner.platforms import Platform
 from acceldeploy.render import HostContext
 from acceldeploy.service import Service
 from acceldeploy.unit import UNIT_DIR, ServiceUnit, UnitOptions, env_value, hardening, state_dir

@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from acceldeploy import cluster, engineopts, gaudi
+from acceldeploy import cluster, gaudi
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
-from acceldeploy.modelconfig import ModelArch, load_model_arch
 from acceldeploy.modelref import model_dir
-from acceldeploy.platforms import Platform
+from acceldeploy.planner import engineopts
+from acceldeploy.planner.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
+from acceldeploy.planner.modelconfig import ModelArch, load_model_arch
+from acceldeploy.planner.platforms import Platform
 from acceldeploy.service import Service
 
 AUTO_LEN_STEP = 1024

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import catalog, secrets
-from acceldeploy.engineopts import EngineOptions, option_name
+from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.modelconfig import KV_CACHE_DTYPE_BYTES
 from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
+from acceldeploy.planner import catalog
+from acceldeploy.planner.engineopts import EngineOptions, option_name
+from acceldeploy.planner.modelconfig import KV_CACHE_DTYPE_BYTES
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")

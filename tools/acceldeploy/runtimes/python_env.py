@@ -24,9 +24,9 @@ from packaging.version import Version
 
 from acceldeploy import targets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import CONTAINER, get_platform
+from acceldeploy.planner.platforms import CONTAINER, get_platform
+from acceldeploy.planner.stacks import lock_requirements, stack
 from acceldeploy.runtimes.versions import normalize_name
-from acceldeploy.stacks import lock_requirements, stack
 
 MANAGERS = ("conda", "venv", "container")
 # Bumped when the way an environment is built changes (not its pins): forces a rebuild.
