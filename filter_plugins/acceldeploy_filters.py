@@ -8,9 +8,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import bounds, cluster, drift, hostplan, secrets, targets, varcheck
-from acceldeploy.ansible_adapter import filters, plain
+from acceldeploy import cluster, drift, hostplan, secrets
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import bounds, targets, varcheck
+from acceldeploy.inventory.ansible_adapter import filters, plain
 
 REPO = Path(hostplan.__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy import weights
-from acceldeploy.ansible_adapter import filters
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory.ansible_adapter import filters
 from acceldeploy.planner.stacks import VERSIONS_DIR
 
 

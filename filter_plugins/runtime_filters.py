@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy import runtimes, wheelcache
-from acceldeploy.ansible_adapter import filters, plain
+from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.planner import stacks
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from ansible_run import run_playbook
 
 from acceldeploy.hostplan import host_launches
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.lab import tinymodel
 from acceldeploy.lab.mirror import default_mirror
 from acceldeploy.render import Launch

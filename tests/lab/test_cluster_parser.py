@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.hostplan import host_plan, with_node_ips
-from acceldeploy.inventory import hosts_vars
+from acceldeploy.inventory.hostvars import hosts_vars
 from acceldeploy.unit import ARGCHECK
 
 pytestmark = pytest.mark.lab

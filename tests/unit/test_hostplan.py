@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from acceldeploy import hostplan
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.inventory.roledefaults import role_defaults
 from acceldeploy.planner import stacks
 from acceldeploy.planner.platforms import get_platform, platform_names
-from acceldeploy.roledefaults import role_defaults
 from acceldeploy.unit import UnitOptions, render_files, var_name
 from acceldeploy.verify import hoststate, runner
 

@@ -6,7 +6,7 @@ import pytest
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import host_launches
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acceldeploy import roledocs, rolemeta, targets
+from acceldeploy import roledocs, rolemeta
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import targets
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = roledocs.roles(ROOT / "roles")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from acceldeploy import hostplan, switch
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.unit import render_files
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventory/examples"

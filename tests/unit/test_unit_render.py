@@ -13,7 +13,7 @@ import pytest
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import host_plan, plan_host
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.lab.inventory import InventoryHost, write_inventory
 from acceldeploy.unit import UnitOptions, build, render_files
 

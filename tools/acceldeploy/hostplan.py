@@ -18,10 +18,10 @@ from typing import Any
 
 from acceldeploy import cluster, raynode
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory.roledefaults import value
 from acceldeploy.planner.engineopts import engine_options
 from acceldeploy.planner.platforms import Platform, get_platform
 from acceldeploy.render import HostContext, Launch, render_service
-from acceldeploy.roledefaults import value
 from acceldeploy.runtimes.python_env import built_prefix, env_prefix
 from acceldeploy.service import Service, check_engine_values, parse_services
 from acceldeploy.unit import ServiceUnit, UnitOptions, build, var_name

@@ -22,8 +22,9 @@ from typing import Any
 
 import yaml
 
-from acceldeploy import rolemeta, service, targets
+from acceldeploy import rolemeta, service
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import targets
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
 COMMAND = rolemeta.COMMAND

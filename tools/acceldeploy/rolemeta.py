@@ -1,5 +1,5 @@
 """The roles' Galaxy platforms (meta/main.yml ``galaxy_info.platforms``) from the releases
-preflight accepts (data/targets.yml ``supported``, acceldeploy.targets).
+preflight accepts (data/targets.yml ``supported``, acceldeploy.inventory.targets).
 
 Galaxy names a release by ansible-lint's meta schema (``schemas/meta.json`` in ansible-lint):
 Ubuntu and Debian by codename. A supported release that schema has no platform for (openEuler)
@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from acceldeploy import targets
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import targets
 
 # (targets.yml id, version) -> (Galaxy platform, Galaxy version) as the schema spells them.
 GALAXY: dict[tuple[str, str], tuple[str, str]] = {

@@ -10,7 +10,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import HostPlan, host_plan, with_node_ips
-from acceldeploy.inventory import hosts_vars
+from acceldeploy.inventory.hostvars import hosts_vars
 
 
 def every_host(inventory: str) -> dict[str, dict[str, Any]]:

@@ -151,7 +151,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _host_vars(inventory: str, host: str) -> dict[str, Any]:
     """The host's variables, with the addresses of the nodes its multi-node services name."""
-    from acceldeploy.inventory import hosts_vars
+    from acceldeploy.inventory.hostvars import hosts_vars
 
     every = hosts_vars(inventory)
     if host not in every:

@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from acceldeploy.hostplan import host_launches
-from acceldeploy.inventory import hosts_vars
+from acceldeploy.inventory.hostvars import hosts_vars
 
 
 def main(inventory: str = "inventory/lab/hosts.yml") -> int:

@@ -22,8 +22,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from acceldeploy import targets
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import targets
 from acceldeploy.planner.platforms import CONTAINER, get_platform
 from acceldeploy.planner.stacks import lock_requirements, stack
 from acceldeploy.runtimes.versions import normalize_name

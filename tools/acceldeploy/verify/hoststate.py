@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from acceldeploy.roledefaults import value
+from acceldeploy.inventory.roledefaults import value
 from acceldeploy.verify.model import Check
 
 

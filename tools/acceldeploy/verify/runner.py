@@ -14,7 +14,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hostplan import HostPlan, host_plan, with_node_ips
-from acceldeploy.inventory import hosts_vars
+from acceldeploy.inventory.hostvars import hosts_vars
 from acceldeploy.render import Launch, model_arch
 from acceldeploy.service import Service
 from acceldeploy.unit import cluster_check_argv

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from acceldeploy.roledefaults import ROLES, ROLES_DIR
+from acceldeploy.inventory.roledefaults import ROLES, ROLES_DIR
 
 PREFIXES = ("acceldeploy_", *(f"{role}_" for role in ROLES))
 # Inventory-wide variables no single role owns, with their argument spec.
