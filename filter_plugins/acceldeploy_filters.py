@@ -8,12 +8,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import cluster, drift, hostplan, secrets
+from acceldeploy import drift, secrets
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds, targets, varcheck
 from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.serving import cluster, hostplan
 
-REPO = Path(hostplan.__file__).resolve().parents[2]
+REPO = Path(hostplan.__file__).resolve().parents[3]
 
 
 def acceldeploy_plan_var_names(_: Any = None) -> list[str]:

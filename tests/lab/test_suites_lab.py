@@ -26,8 +26,8 @@ import pytest
 from ansible_run import lab_hosts, lab_inventory, run_playbook, ssh
 from labhost import lab_cli
 
-from acceldeploy import hostplan
 from acceldeploy.inventory import hostvars
+from acceldeploy.serving import hostplan
 
 pytestmark = pytest.mark.suites
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy import cluster, hostplan
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import hosts_vars
 from acceldeploy.planner.engineopts import engine_options
 from acceldeploy.planner.kvplan import kv_layout
 from acceldeploy.planner.modelconfig import ModelArch
 from acceldeploy.planner.platforms import get_platform
-from acceldeploy.service import parse_service, parse_services
-from acceldeploy.unit import UnitOptions, render_files
+from acceldeploy.serving import cluster, hostplan
+from acceldeploy.serving.service import parse_service, parse_services
+from acceldeploy.serving.unit import UnitOptions, render_files
 
 ROOT = Path(__file__).resolve().parents[2]
 ASCEND = str(ROOT / "inventory/examples/ascend-910b-2node")

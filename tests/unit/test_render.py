@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_launches
 from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.serving.hostplan import host_launches
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -204,7 +204,7 @@ def test_write_creates_a_missing_readme(tmp_path):
 def test_the_inventory_reference_lists_every_service_key_the_parser_accepts():
     """service.KEYS is the parser's list of keys and the reference's source: the page holds
     its regenerated table, and every key the parser takes has a type and a meaning."""
-    from acceldeploy import service
+    from acceldeploy.serving import service
 
     assert set(service.KEYS) == {"name", "model", *service.DEFAULTS}
     assert all(kind and meaning for kind, meaning in service.KEYS.values())

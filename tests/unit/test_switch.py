@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acceldeploy import hostplan, switch
+from acceldeploy import switch
 from acceldeploy.inventory.hostvars import host_vars
-from acceldeploy.unit import render_files
+from acceldeploy.serving import hostplan
+from acceldeploy.serving.unit import render_files
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventory/examples"
 HOSTS = ((EXAMPLES / "ascend-910b", "npu-01"), (EXAMPLES / "gaudi2", "hpu-01"))

@@ -78,7 +78,7 @@ def test_config_is_qwen3_vl_and_serializable() -> None:
 
 
 def lab_launch():
-    from acceldeploy.hostplan import host_launches
+    from acceldeploy.serving.hostplan import host_launches
 
     service = {"name": "qwen3-vl", "model": tinymodel.MODEL_ID, "revision": "main", "port": 8001}
     (launch,) = host_launches({"acceldeploy_platform": "cpu", "acceldeploy_services": [service]})

@@ -22,9 +22,10 @@ from typing import Any
 
 import yaml
 
-from acceldeploy import rolemeta, service
+from acceldeploy import rolemeta
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import targets
+from acceldeploy.serving import service
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
 COMMAND = rolemeta.COMMAND
@@ -38,7 +39,7 @@ _ANSIBLE_CODE = re.compile(r"\b[CVO]\(([^()]*)\)")
 SOURCES = {
     "variables": "meta/argument_specs.yml",
     "platforms": "tools/acceldeploy/data/targets.yml",
-    "service_keys": "tools/acceldeploy/service.py (KEYS, DEFAULTS)",
+    "service_keys": "tools/acceldeploy/serving/service.py (KEYS, DEFAULTS)",
 }
 
 

@@ -11,7 +11,6 @@ from typing import Any
 from acceldeploy.argtypes import bounded
 from acceldeploy.cli.common import Parents, command
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_launches, host_plan, with_node_ips
 from acceldeploy.planner import catalog
 from acceldeploy.planner.kvplan import (
     BUDGET_SEMANTICS,
@@ -22,6 +21,7 @@ from acceldeploy.planner.kvplan import (
 )
 from acceldeploy.planner.modelconfig import ModelArch, load_model_arch
 from acceldeploy.planner.platforms import get_platform, platform_names
+from acceldeploy.serving.hostplan import host_launches, host_plan, with_node_ips
 
 
 def _arch(args: argparse.Namespace) -> ModelArch:
@@ -181,7 +181,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def _print_units(hostvars: dict[str, Any], service: str | None) -> int:
-    from acceldeploy.unit import render_files
+    from acceldeploy.serving.unit import render_files
 
     plan = host_plan(hostvars)
     units = [u for u in [*plan.units(), *plan.node_units()] if service in (None, u.name)]

@@ -23,7 +23,7 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds
 from acceldeploy.planner.platforms import Platform
-from acceldeploy.service import Service
+from acceldeploy.serving.service import Service
 
 NODE_IP_VAR = "acceldeploy_node_ip"
 RAY_UNIT_PREFIX = "ray-"
