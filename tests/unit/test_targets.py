@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from acceldeploy import kernelargs
+from acceldeploy.hosttuning import kernelargs
 from acceldeploy.inventory import targets
 from acceldeploy.runtimes.python_env import python_env_plan
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from acceldeploy import kernelargs
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.hosttuning import kernelargs
 from acceldeploy.hosttuning.inputs import Settings, settings
 
 GOVERNOR_ARG = "cpufreq.default_governor"
