@@ -26,7 +26,7 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
     "acceldeploy_allow_untested_os": {"type": "bool"},
     # Download nothing on the controller; a missing artefact stops preflight naming it.
     "acceldeploy_offline": {"type": "bool"},
-    # Ignore the no-op records (tools/acceldeploy/drift.py): every role checks everything.
+    # Ignore the no-op records (tools/acceldeploy/state/drift.py): every role checks everything.
     "acceldeploy_full_check": {"type": "bool"},
     # A node of a multi-node service: its address on the network the nodes share (cluster.py).
     "acceldeploy_node_ip": {"type": "str"},
