@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from acceldeploy import runtimes, wheelcache
+from acceldeploy import runtimes
+from acceldeploy.downloads import wheelcache
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.planner import stacks
 

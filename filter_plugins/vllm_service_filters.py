@@ -11,7 +11,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from acceldeploy import weights
+from acceldeploy.downloads import weights
 from acceldeploy.state import prune, switch
 
 

@@ -35,7 +35,8 @@ import pytest
 from ansible_run import lab_hosts, lab_inventory, run_playbook, ssh
 from packaging.utils import parse_wheel_filename
 
-from acceldeploy import runtimes, wheelcache
+from acceldeploy import runtimes
+from acceldeploy.downloads import wheelcache
 from acceldeploy.lab import wheelhouse, wheelserver
 
 pytestmark = pytest.mark.lab

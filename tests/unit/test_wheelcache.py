@@ -1,4 +1,4 @@
-"""tools/acceldeploy/wheelcache.py: which pins a wheel directory cannot install on a target,
+"""tools/acceldeploy/downloads/wheelcache.py: which pins a wheel directory cannot install on a target,
 by pip's own tag rules, and the preflight message that names them and the fix."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "filter_plugins"))
 
 from runtime_filters import python_env_wheel_errors
 
-from acceldeploy import wheelcache
+from acceldeploy.downloads import wheelcache
 from acceldeploy.runtimes import python_env_plan
 
 WHEELS = (
