@@ -110,7 +110,7 @@ def python_env_wheel_fetch_argv(python: str, cache: str, controller_python: str)
     PYTHONPATH=<repo>/tools)."""
     return [
         str(controller_python),
-        *("-m", "acceldeploy.lab.wheelhouse", "fetch", "--cache", str(cache)),
+        *("-m", "acceldeploy.downloads.wheelhouse", "fetch", "--cache", str(cache)),
         *("--python-version", str(python)),
     ]
 

@@ -24,7 +24,8 @@ from labhost import (
 )
 from vllm_client import chat, http, image_url, wait_healthy
 
-from acceldeploy.lab import stack, tinymodel, wheelhouse
+from acceldeploy.downloads import wheelhouse
+from acceldeploy.lab import stack, tinymodel
 from acceldeploy.lab.mirror import default_mirror, served
 from acceldeploy.serving.render import Launch
 

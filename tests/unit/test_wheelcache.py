@@ -65,7 +65,7 @@ def test_preflight_message_names_the_tag_the_wheels_and_the_command(tmp_path: Pa
     )
     assert "wheel for " in message and "/usr/bin/python3.13 is Python 3.13" in message
     assert (
-        f"PYTHONPATH=tools /usr/bin/python3 -m acceldeploy.lab.wheelhouse fetch --cache {cache} "
+        f"PYTHONPATH=tools /usr/bin/python3 -m acceldeploy.downloads.wheelhouse fetch --cache {cache} "
         "--python-version 3.13" in message
     )
     # Not asked for: no cache, no interpreter of the stack's (conda), or a stack without a lock.
