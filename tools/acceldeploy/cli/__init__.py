@@ -26,8 +26,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
-from acceldeploy.argtypes import usage_error
 from acceldeploy.cli import common
+from acceldeploy.cli.argtypes import usage_error
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.secrets import mask
 

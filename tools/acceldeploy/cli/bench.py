@@ -15,9 +15,9 @@ from typing import Any
 
 import jsonschema
 
-from acceldeploy.argtypes import bounded
 from acceldeploy.bench import baseline, profiles, report
 from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
+from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.secrets import mask

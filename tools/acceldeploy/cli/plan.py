@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from acceldeploy.argtypes import bounded
+from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import Parents, command
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner import catalog

@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
-from acceldeploy.argtypes import bounded
 from acceldeploy.bench import profiles
 from acceldeploy.bench.profiles import Profile, Sweep
 from acceldeploy.bench.runner import Target, read_deployed, run_target
+from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.secrets import mask
