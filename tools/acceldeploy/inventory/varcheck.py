@@ -28,7 +28,8 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
     "acceldeploy_offline": {"type": "bool"},
     # Ignore the no-op records (tools/acceldeploy/state/drift.py): every role checks everything.
     "acceldeploy_full_check": {"type": "bool"},
-    # A node of a multi-node service: its address on the network the nodes share (cluster.py).
+    # A node of a multi-node service: its address on the network the nodes share
+    # (serving/cluster.py).
     "acceldeploy_node_ip": {"type": "str"},
     # serve: a failed host also rolls back the hosts an earlier batch of the run switched.
     "acceldeploy_rollback_all": {"type": "bool"},

@@ -89,7 +89,7 @@ DEFAULTS: dict[str, Any] = {
 }
 MEMORY_KEYS = ("weights_gib", "activation_gib", "non_torch_gib")
 # Every key of a service: (type, meaning). The parser accepts exactly these, and the inventory
-# reference (docs/reference/inventory.md) is generated from them (roledocs.py).
+# reference (docs/reference/inventory.md) is generated from them (docsgen/roledocs.py).
 KEYS: dict[str, tuple[str, str]] = {
     "name": ("str, required", "The systemd unit and served model name: lowercase letters, "
              "digits, dots, dashes and underscores."),
