@@ -1,5 +1,5 @@
 """Ansible adapter over acceldeploy.runtimes (tools/acceldeploy/runtimes/) and
-acceldeploy.planner.stacks for the roles ascend_runtime, gaudi_runtime and python_env: the roles
+acceldeploy.stacks for the roles ascend_runtime, gaudi_runtime and python_env: the roles
 collect raw text on the hosts, these filters decide; bad input fails naming the variable.
 
 acceldeploy is installed (editable) in the controller's venv by pyproject.toml."""
