@@ -17,6 +17,8 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# lint-imports: the package's import contracts (pyproject.toml [tool.importlinter]: nothing of
+# the product imports the lab; every subpackage in its layer).
 # The docs (mkdocs.yml, docs/ into the git-ignored site/): strict, so a broken link or anchor, or a
 # page missing from the nav, fails lint. Not --quiet: mkdocs 1.6.1 then lets warnings pass.
 lint: venv
@@ -25,6 +27,7 @@ lint: venv
 	$(BIN)/mypy tools/acceldeploy $(wildcard tools/*.py) $(wildcard filter_plugins/*.py) \
 	  $(wildcard library/*.py) $(wildcard roles/*/library/*.py) \
 	  $(wildcard roles/*/action_plugins/*.py) $(wildcard roles/*/filter_plugins/*.py)
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/ansible-lint
 	out=$$(NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict 2>&1) || { echo "$$out"; exit 1; }
 
@@ -98,4 +101,4 @@ endpoints: venv
 	@PYTHONPATH=tools $(BIN)/python -m acceldeploy.lab.endpoints inventory/lab/hosts.yml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache

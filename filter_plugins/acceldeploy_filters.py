@@ -8,11 +8,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import bounds, cluster, drift, hostplan, secrets, targets, varcheck
-from acceldeploy.ansible_adapter import filters, plain
+from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import bounds, targets, varcheck
+from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.serving import cluster, hostplan
+from acceldeploy.state import drift
 
-REPO = Path(hostplan.__file__).resolve().parents[2]
+REPO = Path(hostplan.__file__).resolve().parents[3]
 
 
 def acceldeploy_plan_var_names(_: Any = None) -> list[str]:

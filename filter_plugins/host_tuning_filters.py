@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy import hosttuning
-from acceldeploy.ansible_adapter import filters
+from acceldeploy.inventory.ansible_adapter import filters
 
 
 def host_tuning_settings(inputs: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,10 +8,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from acceldeploy import weights
-from acceldeploy.ansible_adapter import filters
+from acceldeploy.downloads import weights
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.stacks import VERSIONS_DIR
+from acceldeploy.inventory.ansible_adapter import filters
+from acceldeploy.planner.stacks import VERSIONS_DIR
 
 
 def model_weights_specs(services: Any, require_revision: bool = True) -> list[dict[str, Any]]:
@@ -59,7 +59,7 @@ def model_weights_download_argv(
     wheel_set: Mapping[str, Any], python: str, lock: str, dest: str, pip_args: Sequence[str]
 ) -> list[str]:
     """The controller's command that downloads one wheel set (acceldeploy.fetchlock) into dest."""
-    argv = [str(python), "-m", "acceldeploy.fetchlock", "download"]
+    argv = [str(python), "-m", "acceldeploy.downloads.fetchlock", "download"]
     argv += ["--python", str(wheel_set["python"]), "--arch", str(wheel_set["arch"])]
     argv += ["--glibc", str(wheel_set["glibc"]), "--lock", str(lock), "--dest", str(dest)]
     return argv + [f"--pip-arg={arg}" for arg in pip_args]

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from acceldeploy import runtimes, stacks, wheelcache
-from acceldeploy.ansible_adapter import filters, plain
+from acceldeploy import runtimes
+from acceldeploy.downloads import wheelcache
+from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.planner import stacks
 
 
 def runtime_stack(platform: str, stacks_file: str = "") -> dict[str, Any]:
@@ -108,7 +110,7 @@ def python_env_wheel_fetch_argv(python: str, cache: str, controller_python: str)
     PYTHONPATH=<repo>/tools)."""
     return [
         str(controller_python),
-        *("-m", "acceldeploy.lab.wheelhouse", "fetch", "--cache", str(cache)),
+        *("-m", "acceldeploy.downloads.wheelhouse", "fetch", "--cache", str(cache)),
         *("--python-version", str(python)),
     ]
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from acceldeploy import prune, switch, weights
+from acceldeploy.downloads import weights
+from acceldeploy.state import prune, switch
 
 
 def vllm_service_secret_env(services: list[dict[str, Any]], name: str) -> str:

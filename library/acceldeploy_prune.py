@@ -76,7 +76,7 @@ kept:
 import os
 import shutil
 
-from ansible.module_utils.acceldeploy import prune
+from ansible.module_utils.acceldeploy.state import prune
 from ansible.module_utils.basic import AnsibleModule
 
 

@@ -83,7 +83,7 @@ written:
 
 import os
 
-from ansible.module_utils.acceldeploy import drift
+from ansible.module_utils.acceldeploy.state import drift
 from ansible.module_utils.basic import AnsibleModule
 
 

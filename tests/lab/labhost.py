@@ -11,11 +11,11 @@ from pathlib import Path
 
 from ansible_run import run_playbook
 
-from acceldeploy.hostplan import host_launches
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.lab import tinymodel
 from acceldeploy.lab.mirror import default_mirror
-from acceldeploy.render import Launch
+from acceldeploy.serving.hostplan import host_launches
+from acceldeploy.serving.render import Launch
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = Path(os.environ.get("ACCELDEPLOY_TEST_INVENTORY", ROOT / "inventory/lab/hosts.yml"))

@@ -1,6 +1,6 @@
 """Issue 3's proof on a real lab host: the mirror serves the tiny model byte-identical to
 `snapshot_download` run on the host, and real vLLM 0.12.0 serves it there, with the argv and
-environment `acceldeploy.render` produces from the lab inventory, answering an image chat.
+environment `acceldeploy.serving.render` produces from the lab inventory, answering an image chat.
 
 Needs `make lab` (tools/lab.py prepare, mirror start, up with the wheel cache bound at
 /srv/acceldeploy/wheels).
@@ -24,9 +24,10 @@ from labhost import (
 )
 from vllm_client import chat, http, image_url, wait_healthy
 
-from acceldeploy.lab import stack, tinymodel, wheelhouse
+from acceldeploy.downloads import wheelhouse
+from acceldeploy.lab import stack, tinymodel
 from acceldeploy.lab.mirror import default_mirror, served
-from acceldeploy.render import Launch
+from acceldeploy.serving.render import Launch
 
 pytestmark = pytest.mark.lab
 

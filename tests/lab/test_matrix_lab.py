@@ -21,7 +21,7 @@ import pytest
 from ansible_run import lab_hosts, lab_inventory, run_playbook
 from labhost import lab_cli, on_host
 
-from acceldeploy.lab import wheelhouse
+from acceldeploy.downloads import wheelhouse
 
 pytestmark = pytest.mark.matrix
 

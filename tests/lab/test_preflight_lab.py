@@ -54,7 +54,10 @@ def test_offline_with_an_empty_cache_stops_in_preflight_naming_what_is_missing(t
     assert len(failed) == 1, failed
     assert "acceldeploy_offline is true" in failed[0]
     assert "cp311-x86_64-glibc2.36" in failed[0]
-    assert "-m acceldeploy.fetchlock download --python 3.11 --arch x86_64 --glibc 36" in failed[0]
+    assert (
+        "-m acceldeploy.downloads.fetchlock download --python 3.11 --arch x86_64 --glibc 36"
+        in failed[0]
+    )
     assert not empty.exists()
     for host in HOSTS:
         assert run.changed(host) == 0

@@ -2,8 +2,8 @@
 controller's wheelhouse.
 
 The controller serves $ACCELDEPLOY_CACHE/wheels (filled once from PyPI by
-`python3 -m acceldeploy.lab.wheelhouse fetch`) with tools/acceldeploy/lab/wheelserver.py; every
-host installs `--no-index --find-links http://127.0.0.1:PORT/<inventory_hostname>/`, so the
+`python3 -m acceldeploy.downloads.wheelhouse fetch`) with tools/acceldeploy/lab/wheelserver.py;
+every host installs `--no-index --find-links http://127.0.0.1:PORT/<inventory_hostname>/`, so the
 server's request log says how many bytes each host pulled, and --no-index means nothing came
 from anywhere else. Checked:
 
@@ -35,8 +35,9 @@ import pytest
 from ansible_run import lab_hosts, lab_inventory, run_playbook, ssh
 from packaging.utils import parse_wheel_filename
 
-from acceldeploy import runtimes, wheelcache
-from acceldeploy.lab import wheelhouse, wheelserver
+from acceldeploy import runtimes
+from acceldeploy.downloads import wheelcache, wheelhouse
+from acceldeploy.lab import wheelserver
 
 pytestmark = pytest.mark.lab
 
@@ -59,7 +60,7 @@ def wheels() -> Path:
     directory = wheelhouse.wheels_dir(wheelhouse.cache_dir())
     if not list(directory.glob(f"vllm-{wheelhouse.VLLM_VERSION}-*.whl")):
         pytest.skip(f"{directory} lacks vllm {wheelhouse.VLLM_VERSION}: run "
-                    "`PYTHONPATH=tools python3 -m acceldeploy.lab.wheelhouse labenv`")  # fmt: skip
+                    "`PYTHONPATH=tools python3 -m acceldeploy.lab.labenv build`")  # fmt: skip
     return directory
 
 

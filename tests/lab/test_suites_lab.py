@@ -26,7 +26,8 @@ import pytest
 from ansible_run import lab_hosts, lab_inventory, run_playbook, ssh
 from labhost import lab_cli
 
-from acceldeploy import hostplan, inventory
+from acceldeploy.inventory import hostvars
+from acceldeploy.serving import hostplan
 
 pytestmark = pytest.mark.suites
 
@@ -126,7 +127,7 @@ def test_the_planned_unit_passes_systemd_analyze_verify_on_247_and_257() -> None
     verify = (ROOT / "roles/vllm_service/files/vllm-unit-verify").read_text()
     ready = (ROOT / "roles/vllm_service/files/vllm-ready").read_text()
     for host in SUITES:
-        (unit,) = hostplan.plan_host(inventory.host_vars(str(lab_inventory().parent), host))
+        (unit,) = hostplan.plan_host(hostvars.host_vars(str(lab_inventory().parent), host))
         planned = unit.to_dict()
         launcher = planned["launcher_path"]
         # The unit names its launcher and readiness helper: systemd-analyze checks they exist.

@@ -27,9 +27,9 @@ import pytest
 from ansible_run import inventory_hosts, lab_inventory, run_playbook, ssh
 from vllm_client import http
 
-from acceldeploy.hostplan import host_launches
-from acceldeploy.inventory import host_vars
-from acceldeploy.lab import wheelhouse
+from acceldeploy.downloads import wheelhouse
+from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.serving.hostplan import host_launches
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

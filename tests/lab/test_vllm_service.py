@@ -32,8 +32,8 @@ import yaml
 from ansible_run import REPO, inventory_hosts, lab_inventory, run_playbook, ssh
 from vllm_client import http
 
-from acceldeploy.hostplan import host_launches
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.serving.hostplan import host_launches
 
 pytestmark = pytest.mark.lab
 

@@ -1,4 +1,4 @@
-"""tools/acceldeploy/bounds.py and the controller-side bounds beside it: every day-2 number of
+"""tools/acceldeploy/inventory/bounds.py and the controller-side bounds beside it: every day-2 number of
 the roles' argument specs (timeouts, retries, counts, keep, serial, batch) has an explicit
 bound that preflight checks, and what a name shows of an interpreter's version is checked."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acceldeploy import bounds
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hosttuning.inputs import HUGEPAGES_MAX, settings
-from acceldeploy.roledefaults import ROLES, ROLES_DIR, role_defaults
+from acceldeploy.inventory import bounds
+from acceldeploy.inventory.roledefaults import ROLES, ROLES_DIR, role_defaults
 from acceldeploy.runtimes.python_env import python_env_plan
 
 DAY2 = ("timeout", "retries", "count", "keep", "serial", "batch", "poll", "workers", "port",
@@ -123,3 +123,11 @@ def test_the_roles_gather_their_bounded_numbers() -> None:
         assert f"{role}_number_errors" in computed, role
         tasks = Path(ROLES_DIR / role / "tasks").glob("*.yml")
         assert any(f"{role}_number_errors" in t.read_text() for t in tasks), role
+
+
+@pytest.mark.parametrize("serial", ["0%", "150%", "-5%", True, [1, 2]])
+def test_a_serial_share_must_be_a_share_of_the_hosts(serial):
+    with pytest.raises(AcceldeployError, match=r"vllm_service_serial must be a number >= 1 or a "
+                       r"percentage from 1% to 100%"):  # fmt: skip
+        bounds.check_serial(serial)
+    assert bounds.check_serial("25%") == (0, 25.0) and bounds.check_serial("3") == (3, 0.0)

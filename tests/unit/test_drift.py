@@ -1,4 +1,4 @@
-"""tools/acceldeploy/drift.py: the no-op path's record and comparison, on real files."""
+"""tools/acceldeploy/state/drift.py: the no-op path's record and comparison, on real files."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from acceldeploy import drift
+from acceldeploy.state import drift
 
 
 def converge(tmp_path: Path, key: str = "k1") -> tuple[Path, drift.Spec]:
@@ -143,7 +143,7 @@ def test_the_recorded_outcome_is_a_rerun_s_and_a_done_reboot_waits_no_more() -> 
 
 
 def test_model_weights_watches_each_published_directory_and_the_fetch_venv() -> None:
-    from acceldeploy import weights
+    from acceldeploy.downloads import weights
 
     job = {
         "hub": [{"model": "org/a", "revision": "c1"}],
@@ -157,7 +157,7 @@ def test_model_weights_watches_each_published_directory_and_the_fetch_venv() -> 
 
 
 def test_one_host_with_drift_sends_the_whole_play_down_the_full_path() -> None:
-    from acceldeploy import weights
+    from acceldeploy.downloads import weights
 
     quiet, idle = {"drift": []}, {"skipped": True}
     assert weights.any_drift([quiet, idle]) is False
@@ -166,7 +166,7 @@ def test_one_host_with_drift_sends_the_whole_play_down_the_full_path() -> None:
 
 
 def test_the_recorded_model_summary_reads_as_a_rerun() -> None:
-    from acceldeploy import weights
+    from acceldeploy.downloads import weights
 
     plans = [
         {"dir": "org/a@c1", "action": "download", "reason": "missing", "needed_bytes": 2097152}

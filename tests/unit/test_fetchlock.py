@@ -11,8 +11,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from acceldeploy import fetchlock
-from acceldeploy.fetchlock import download_argv, lock_requirements, pins_for
+from acceldeploy.downloads import fetchlock
+from acceldeploy.downloads.fetchlock import download_argv, lock_requirements, pins_for
 
 LOCK = fetchlock.LOCK
 LOCK_TEXT = LOCK.read_text()

@@ -14,8 +14,9 @@ import jinja2
 import pytest
 import yaml
 
-from acceldeploy import hosttuning, kernelargs
+from acceldeploy import hosttuning
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.hosttuning import kernelargs
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "host_tuning"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())

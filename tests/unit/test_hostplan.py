@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acceldeploy import hostplan, stacks
-from acceldeploy.inventory import host_vars
-from acceldeploy.platforms import get_platform, platform_names
-from acceldeploy.roledefaults import role_defaults
-from acceldeploy.unit import UnitOptions, render_files, var_name
+from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.inventory.roledefaults import role_defaults
+from acceldeploy.planner import stacks
+from acceldeploy.planner.platforms import get_platform, platform_names
+from acceldeploy.serving import hostplan
+from acceldeploy.serving.unit import UnitOptions, render_files, var_name
 from acceldeploy.verify import hoststate, runner
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy import catalog
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.kvplan import GIB, MemoryBudget, cdiv, kv_layout, plan_kv
-from acceldeploy.modelconfig import load_model_arch
+from acceldeploy.planner import catalog
+from acceldeploy.planner.kvplan import GIB, MemoryBudget, cdiv, kv_layout, plan_kv
+from acceldeploy.planner.modelconfig import load_model_arch
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 

@@ -41,6 +41,8 @@ SHIPPED = {
     "fetch/run.py",
     "fetch/seed.py",
 }
+# What the acceldeploy_state and acceldeploy_prune modules' payloads carry of it.
+SHIPPED_BY_STATE_MODULES = {"__init__.py", "state/__init__.py", "state/drift.py", "state/prune.py"}
 LAZY_OK = ("huggingface_hub", "modelscope", "modelscope_hub")
 
 
@@ -133,7 +135,7 @@ def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]
     return [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
 
 
-@pytest.mark.parametrize("name", sorted(SHIPPED | {"fetch/__main__.py"}))
+@pytest.mark.parametrize("name", sorted(SHIPPED | SHIPPED_BY_STATE_MODULES | {"fetch/__main__.py"}))
 def test_shipped_files_run_on_a_hosts_python(name):
     """Python 3.9 syntax; at import time only the standard library and relative imports;
     the hub clients only inside the functions that use them; no 3.10+ library features."""
@@ -171,9 +173,11 @@ def test_shipped_files_run_on_a_hosts_python(name):
         assert "from __future__ import annotations" in source, name
 
 
-def test_the_package_init_stays_import_light():
-    """tools/acceldeploy/__init__.py is shipped with every call of the module."""
-    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+@pytest.mark.parametrize("name", ["__init__.py", "state/__init__.py"])
+def test_the_package_init_stays_import_light(name):
+    """tools/acceldeploy/__init__.py is shipped with every call of the module, state/__init__.py
+    with every call of acceldeploy_state and acceldeploy_prune."""
+    tree = ast.parse((PACKAGE / name).read_text())
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
 
 

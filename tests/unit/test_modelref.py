@@ -9,8 +9,8 @@ from acceldeploy import modelref
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import Layout, ModelSpec
 from acceldeploy.modelref import ModelRef, ModelRefError, model_dir, model_dirname, parse_model_ref
-from acceldeploy.render import model_path
-from acceldeploy.service import parse_service
+from acceldeploy.serving.render import model_path
+from acceldeploy.serving.service import parse_service
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 WHERE = "acceldeploy_services[0] (q)"

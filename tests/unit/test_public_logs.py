@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acceldeploy.kvplan import GIB, cdiv, kv_layout
-from acceldeploy.modelconfig import parse_model_arch
-from acceldeploy.vllmlog import parse_log
+from acceldeploy.planner.kvplan import GIB, cdiv, kv_layout
+from acceldeploy.planner.modelconfig import parse_model_arch
+from acceldeploy.planner.vllmlog import parse_log
 
 DATA = Path(__file__).parents[1] / "data" / "public_logs"
 MANIFEST = yaml.safe_load((DATA / "manifest.yml").read_text())["logs"]

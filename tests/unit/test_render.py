@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_launches
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.serving.hostplan import host_launches
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -199,7 +199,7 @@ def test_bad_services_are_refused_naming_the_variable(hostvars, message):
 def test_a_model_config_on_the_controller_sizes_a_model_outside_the_catalog(tmp_path):
     import json
 
-    from acceldeploy import catalog
+    from acceldeploy.planner import catalog
 
     entry = catalog.find("Qwen/Qwen3-VL-8B-Instruct")
     assert entry is not None

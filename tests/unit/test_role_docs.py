@@ -1,4 +1,4 @@
-"""Role READMEs and Galaxy metadata (acceldeploy.roledocs, acceldeploy.rolemeta): each README's
+"""Role READMEs and Galaxy metadata (acceldeploy.docsgen.roledocs, acceldeploy.docsgen.rolemeta): each README's
 generated blocks match meta/argument_specs.yml and data/targets.yml, and each meta/main.yml
 declares exactly the supported releases ansible-lint's meta schema can name."""
 
@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acceldeploy import roledocs, rolemeta, targets
+from acceldeploy.docsgen import roledocs, rolemeta
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import targets
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = roledocs.roles(ROOT / "roles")
-FIX = "cd tools && ../.venv/bin/python -m acceldeploy.roledocs --write"
+FIX = "cd tools && ../.venv/bin/python -m acceldeploy.docsgen.roledocs --write"
 
 
 def test_every_role_is_documented():
@@ -182,7 +183,7 @@ def test_check_names_the_stale_readme_and_write_fixes_it(tmp_path, capsys):
     assert roledocs.main(["--check", "--roles-dir", roles_dir]) == 1
     err = capsys.readouterr().err
     assert "roles/python_env/README.md is stale" in err
-    assert "python -m acceldeploy.roledocs --write" in err
+    assert "python -m acceldeploy.docsgen.roledocs --write" in err
     assert "meta/main.yml" not in err
 
     assert roledocs.main(["--write", "--roles-dir", roles_dir]) == 0
@@ -203,7 +204,7 @@ def test_write_creates_a_missing_readme(tmp_path):
 def test_the_inventory_reference_lists_every_service_key_the_parser_accepts():
     """service.KEYS is the parser's list of keys and the reference's source: the page holds
     its regenerated table, and every key the parser takes has a type and a meaning."""
-    from acceldeploy import service
+    from acceldeploy.serving import service
 
     assert set(service.KEYS) == {"name", "model", *service.DEFAULTS}
     assert all(kind and meaning for kind, meaning in service.KEYS.values())

@@ -1,4 +1,4 @@
-"""acceldeploy.runtimes (and acceldeploy.stacks) against recorded real tool output
+"""acceldeploy.runtimes (and acceldeploy.planner.stacks) against recorded real tool output
 (tests/data/recorded and tests/lab/fixtures/recorded, each file citing its public source on
 line 1)."""
 
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from acceldeploy import stacks
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import get_platform, platform_names
+from acceldeploy.planner import stacks
+from acceldeploy.planner.platforms import get_platform, platform_names
 from acceldeploy.runtimes import ascend, gaudi, python_env, smi, versions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -520,7 +520,7 @@ def test_cpu_venv_plan() -> None:
 
 
 def test_the_no_op_path_sees_an_install_an_uninstall_and_a_moved_link(tmp_path: Path) -> None:
-    from acceldeploy import drift
+    from acceldeploy.state import drift
 
     plan = python_env.python_env_plan({**CPU, "venv_path": str(tmp_path / "venv")})
     staging = Path(plan["staging"])

@@ -1,4 +1,4 @@
-"""acceldeploy.stacks: versions/stacks.yml loaded and checked, the cpu lock read."""
+"""acceldeploy.planner.stacks: versions/stacks.yml loaded and checked, the cpu lock read."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acceldeploy import stacks
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner import stacks
 
 
 def write_stacks(tmp_path: Path, change: dict[str, dict[str, object]]) -> Path:
@@ -68,10 +68,10 @@ def test_lock_lines_must_be_pins(tmp_path: Path) -> None:
 def test_stacks_imports_neither_platforms_nor_runtimes() -> None:
     # platforms.py imports stacks.py: stacks must not import back.
     code = (
-        "import sys, acceldeploy.stacks; "
+        "import sys, acceldeploy.planner.stacks; "
         "print(sorted(m for m in sys.modules if m.startswith('acceldeploy.')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert "acceldeploy.platforms" not in out and "acceldeploy.runtimes" not in out
+    assert "acceldeploy.planner.platforms" not in out and "acceldeploy.runtimes" not in out

@@ -1,4 +1,4 @@
-"""Preflight's first contact (acceldeploy.targets): the probe's output parsed, the release and
+"""Preflight's first contact (acceldeploy.inventory.targets): the probe's output parsed, the release and
 the interpreters checked against data/targets.yml and the stack, in plain words."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from acceldeploy import kernelargs, targets
+from acceldeploy.hosttuning import kernelargs
+from acceldeploy.inventory import targets
 from acceldeploy.runtimes.python_env import python_env_plan
 
 

@@ -78,7 +78,7 @@ def test_config_is_qwen3_vl_and_serializable() -> None:
 
 
 def lab_launch():
-    from acceldeploy.hostplan import host_launches
+    from acceldeploy.serving.hostplan import host_launches
 
     service = {"name": "qwen3-vl", "model": tinymodel.MODEL_ID, "revision": "main", "port": 8001}
     (launch,) = host_launches({"acceldeploy_platform": "cpu", "acceldeploy_services": [service]})
@@ -156,8 +156,8 @@ def test_lab_service_gets_the_cpu_flags() -> None:
 
 
 def test_catalog_entry_matches_the_tiny_model() -> None:
-    from acceldeploy import catalog
-    from acceldeploy.modelconfig import parse_model_arch
+    from acceldeploy.planner import catalog
+    from acceldeploy.planner.modelconfig import parse_model_arch
 
     entry = catalog.find(tinymodel.MODEL_ID)
     assert entry is not None

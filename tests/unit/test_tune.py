@@ -10,8 +10,8 @@ import pytest
 
 from acceldeploy.cli.tune import plan_point
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_plan
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.serving.hostplan import host_plan
 from acceldeploy.tune import dropin, space
 from acceldeploy.tune.search import Candidate, evaluate, pruned_by, winner
 

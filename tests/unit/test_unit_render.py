@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_plan, plan_host
-from acceldeploy.inventory import host_vars
+from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.lab.inventory import InventoryHost, write_inventory
-from acceldeploy.unit import UnitOptions, build, render_files
+from acceldeploy.serving.hostplan import host_plan, plan_host
+from acceldeploy.serving.unit import UnitOptions, build, render_files
 
 ROOT = Path(__file__).resolve().parents[2]
 ASCEND = (str(ROOT / "inventory/examples/ascend-910b"), "npu-01")

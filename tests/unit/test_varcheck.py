@@ -1,8 +1,8 @@
-"""tools/acceldeploy/varcheck.py: the variables site.yml accepts and what it says of others."""
+"""tools/acceldeploy/inventory/varcheck.py: the variables site.yml accepts and what it says of others."""
 
 from __future__ import annotations
 
-from acceldeploy import varcheck
+from acceldeploy.inventory import varcheck
 
 
 def test_the_tools_inventory_variables_are_known_and_a_typo_is_named() -> None:

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.vllmlog import parse_log
+from acceldeploy.planner.vllmlog import parse_log
 
 LOGS = Path(__file__).parents[1] / "data" / "logs"
 

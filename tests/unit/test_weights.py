@@ -1,4 +1,4 @@
-"""Model weights: the controller's inputs and fan-out (acceldeploy.weights), and the hosts' side
+"""Model weights: the controller's inputs and fan-out (acceldeploy.downloads.weights), and the hosts' side
 (acceldeploy.fetch): manifest checks, plans, atomic publish, seed server and pulls, on local
 directories (no hub: the downloader is a stand-in)."""
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from acceldeploy import weights
+from acceldeploy.downloads import weights
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch import plan as fetch_plan
 from acceldeploy.fetch.common import (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.lab import wheelhouse
+from acceldeploy.downloads import wheelhouse
 
 FILES = {
     "demo/__init__.py": b"VALUE = 1\n",

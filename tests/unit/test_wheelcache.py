@@ -1,4 +1,4 @@
-"""tools/acceldeploy/wheelcache.py: which pins a wheel directory cannot install on a target,
+"""tools/acceldeploy/downloads/wheelcache.py: which pins a wheel directory cannot install on a target,
 by pip's own tag rules, and the preflight message that names them and the fix."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "filter_plugins"))
 
 from runtime_filters import python_env_wheel_errors
 
-from acceldeploy import wheelcache
+from acceldeploy.downloads import wheelcache
 from acceldeploy.runtimes import python_env_plan
 
 WHEELS = (
@@ -65,7 +65,7 @@ def test_preflight_message_names_the_tag_the_wheels_and_the_command(tmp_path: Pa
     )
     assert "wheel for " in message and "/usr/bin/python3.13 is Python 3.13" in message
     assert (
-        f"PYTHONPATH=tools /usr/bin/python3 -m acceldeploy.lab.wheelhouse fetch --cache {cache} "
+        f"PYTHONPATH=tools /usr/bin/python3 -m acceldeploy.downloads.wheelhouse fetch --cache {cache} "
         "--python-version 3.13" in message
     )
     # Not asked for: no cache, no interpreter of the stack's (conda), or a stack without a lock.

@@ -21,9 +21,9 @@ from acceldeploy import secrets
 from acceldeploy.bench import dataset, driver, report, series, summary
 from acceldeploy.bench.profiles import Profile
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import HostPlan
-from acceldeploy.render import Launch
-from acceldeploy.unit import ServiceUnit
+from acceldeploy.serving.hostplan import HostPlan
+from acceldeploy.serving.render import Launch
+from acceldeploy.serving.unit import ServiceUnit
 from acceldeploy.verify.runner import connection
 
 REMOTE_ROOT = "/var/tmp/acceldeploy-bench"

@@ -26,8 +26,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
-from acceldeploy.argtypes import usage_error
 from acceldeploy.cli import common
+from acceldeploy.cli.argtypes import usage_error
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.secrets import mask
 
@@ -63,7 +63,7 @@ class _Subparsers(argparse._SubParsersAction):  # type: ignore[type-arg]
 def version_text() -> str:
     """`acceldeploy --version`: the package's version, then each pinned serving stack."""
     from acceldeploy import __version__
-    from acceldeploy.stacks import REPO, STACKS_FILE, load_stacks
+    from acceldeploy.planner.stacks import REPO, STACKS_FILE, load_stacks
 
     lines = [f"acceldeploy {__version__}"]
     try:

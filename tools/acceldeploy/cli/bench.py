@@ -15,13 +15,13 @@ from typing import Any
 
 import jsonschema
 
-from acceldeploy import selection
-from acceldeploy.argtypes import bounded
 from acceldeploy.bench import baseline, profiles, report
 from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
+from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.secrets import mask
+from acceldeploy.serving import selection
 
 SCHEMA = Path(__file__).resolve().parents[3] / "schemas" / "bench-summary.schema.json"
 

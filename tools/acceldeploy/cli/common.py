@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from acceldeploy.argtypes import OneLineParser
+from acceldeploy.cli.argtypes import OneLineParser
 
 # The Namespace attribute holding the program name of the (sub)command that parsed the line:
 # "acceldeploy plan kv", or "plan.py kv" when a tools/*.py shim runs it. Errors start with it.

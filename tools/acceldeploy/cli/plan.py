@@ -8,20 +8,20 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from acceldeploy import catalog
-from acceldeploy.argtypes import bounded
+from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import Parents, command
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import host_launches, host_plan, with_node_ips
-from acceldeploy.kvplan import (
+from acceldeploy.planner import catalog
+from acceldeploy.planner.kvplan import (
     BUDGET_SEMANTICS,
     GIB,
     MemoryBudget,
     kv_layout,
     plan_kv,
 )
-from acceldeploy.modelconfig import ModelArch, load_model_arch
-from acceldeploy.platforms import get_platform, platform_names
+from acceldeploy.planner.modelconfig import ModelArch, load_model_arch
+from acceldeploy.planner.platforms import get_platform, platform_names
+from acceldeploy.serving.hostplan import host_launches, host_plan, with_node_ips
 
 
 def _arch(args: argparse.Namespace) -> ModelArch:
@@ -114,7 +114,7 @@ def cmd_kv(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from acceldeploy.vllmlog import parse_log
+    from acceldeploy.planner.vllmlog import parse_log
 
     try:
         with open(args.logfile, encoding="utf-8", errors="replace") as fh:
@@ -151,7 +151,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _host_vars(inventory: str, host: str) -> dict[str, Any]:
     """The host's variables, with the addresses of the nodes its multi-node services name."""
-    from acceldeploy.inventory import hosts_vars
+    from acceldeploy.inventory.hostvars import hosts_vars
 
     every = hosts_vars(inventory)
     if host not in every:
@@ -181,7 +181,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def _print_units(hostvars: dict[str, Any], service: str | None) -> int:
-    from acceldeploy.unit import render_files
+    from acceldeploy.serving.unit import render_files
 
     plan = host_plan(hostvars)
     units = [u for u in [*plan.units(), *plan.node_units()] if service in (None, u.name)]

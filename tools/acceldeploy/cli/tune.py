@@ -16,18 +16,18 @@ from typing import Any
 
 import yaml
 
-from acceldeploy import selection
-from acceldeploy.argtypes import bounded
 from acceldeploy.bench import profiles
 from acceldeploy.bench.profiles import Profile, Sweep
 from acceldeploy.bench.runner import Target, read_deployed, run_target
+from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import HostPlan
 from acceldeploy.secrets import mask
+from acceldeploy.serving import selection
+from acceldeploy.serving.hostplan import HostPlan
+from acceldeploy.serving.unit import ServiceUnit
 from acceldeploy.tune import apply, dropin, space
 from acceldeploy.tune.search import Candidate, evaluate, load_state, save_state, search, winner
-from acceldeploy.unit import ServiceUnit
 from acceldeploy.verify.runner import connection
 
 

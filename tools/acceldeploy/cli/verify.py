@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.argtypes import bounded
+from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.verify import report, runner

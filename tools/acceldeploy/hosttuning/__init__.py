@@ -12,6 +12,8 @@ One module per concern; everything is re-exported here (``hosttuning.plan(...)``
 - :mod:`.reboot`: why a host should reboot, and /proc/cmdline after the reboot
 - :mod:`.bios`: the BIOS audit (named checks) and the Redfish attributes to stage
 - :mod:`.report`: the summary lines
+- :mod:`.kernelargs` (used by the others, not re-exported): kernel command-line arguments:
+  parsed, compared with /proc/cmdline, and the GRUB change planned
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from acceldeploy import kernelargs
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.hosttuning import kernelargs
 
 SYSCTL_KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_\-]+)+$")
 UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\-]+$")

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from acceldeploy import kernelargs
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.hosttuning import kernelargs
 from acceldeploy.hosttuning.inputs import Settings, settings
 
 GOVERNOR_ARG = "cpufreq.default_governor"
@@ -274,7 +274,7 @@ GOVERNOR_FILES = "/sys/devices/system/cpu/cpufreq/policy*/scaling_governor"
 
 
 def state_spec(the_plan: Mapping[str, Any]) -> dict[str, list[str]]:
-    """What the no-op path compares with the last converge (tools/acceldeploy/drift.py): every
+    """What the no-op path compares with the last converge (tools/acceldeploy/state/drift.py): every
     file the role writes or reads to decide, each live value it sets, /proc/cmdline (a reboot
     or a new kernel) and the units it keeps disabled."""
     grub = (the_plan.get("kernel") or {}).get("grub") or {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from acceldeploy import kernelargs
+from acceldeploy.hosttuning import kernelargs
 
 
 def changed(result: Any) -> bool:

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from acceldeploy.lab import hosts, mirror, rootfs, stack, wheelhouse, wheelserver
+from acceldeploy.downloads import wheelhouse
+from acceldeploy.lab import hosts, mirror, rootfs, stack, wheelserver
 from acceldeploy.lab.prereq import MIN_FREE_GB, PrereqError
 from acceldeploy.lab.rootfs import RootfsError
 

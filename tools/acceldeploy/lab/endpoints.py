@@ -6,8 +6,8 @@ import json
 import shlex
 import sys
 
-from acceldeploy.hostplan import host_launches
-from acceldeploy.inventory import hosts_vars
+from acceldeploy.inventory.hostvars import hosts_vars
+from acceldeploy.serving.hostplan import host_launches
 
 
 def main(inventory: str = "inventory/lab/hosts.yml") -> int:

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.lab import wheelhouse
+from acceldeploy.lab import labenv
 
 SCRIPT_PATH = "tools/acceldeploy/lab/engine_options.py"
 INSTALLED_SOURCE = (
@@ -340,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="import root replaced by empty modules (fork only; repeatable)",
     )
     args = parser.parse_args(argv)
-    python: Path = args.python or wheelhouse.labenv_python()
+    python: Path = args.python or labenv.labenv_python()
     if args.git_dir is None:
         document = installed_document(python)
     else:

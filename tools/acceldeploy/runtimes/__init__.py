@@ -5,7 +5,7 @@ unit-tested against recorded real tool output (tests/data/recorded); Ansible onl
 raw text on the hosts (the roles' probe modules) and calls these functions through
 filter_plugins/runtime_filters.py. Templates and tasks only print what comes back.
 
-- ``acceldeploy.stacks``: the pinned stack of each platform (versions/stacks.yml).
+- ``acceldeploy.planner.stacks``: the pinned stack of each platform (versions/stacks.yml).
 - ``versions``: version ordering and the ``key=value`` version files.
 - ``smi``: ``npu-smi info``, ``hl-smi`` (default, ``-Q index,module_id -f csv``,
   ``topo -c -N``) and hccl_demo output.
@@ -25,6 +25,7 @@ This package re-exports what the roles' filters, ``acceldeploy.verify`` and the 
 
 from __future__ import annotations
 
+from acceldeploy.planner.stacks import stack
 from acceldeploy.runtimes.ascend import ascend_fact, ascend_gate, ascend_options
 from acceldeploy.runtimes.gaudi import (
     docker_daemon_with_runtime,
@@ -44,7 +45,6 @@ from acceldeploy.runtimes.python_env import (
     record_key,
 )
 from acceldeploy.runtimes.smi import parse_hccl_demo, parse_hl_smi, parse_npu_smi_info
-from acceldeploy.stacks import stack
 
 __all__ = [
     "RECORD_NAME",

@@ -22,11 +22,11 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from acceldeploy import targets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import CONTAINER, get_platform
+from acceldeploy.inventory import targets
+from acceldeploy.planner.platforms import CONTAINER, get_platform
+from acceldeploy.planner.stacks import lock_requirements, stack
 from acceldeploy.runtimes.versions import normalize_name
-from acceldeploy.stacks import lock_requirements, stack
 
 MANAGERS = ("conda", "venv", "container")
 # Bumped when the way an environment is built changes (not its pins): forces a rebuild.
@@ -455,7 +455,8 @@ def _plan(
         # Siblings of the staging directory, for the role to find and prune old builds.
         "staging_pattern": f"{env.rstrip('/').rsplit('/', 1)[-1]}-{'?' * STAGING_KEY_CHARS}",
         "python_version": identity["python"],
-        # What preflight checks python_env_venv_python against (targets.py), before any install.
+        # What preflight checks python_env_venv_python against (inventory/targets.py), before
+        # any install.
         "requires_python": str(entry.get("requires_python") or f"=={identity['python']}.*"),
         "requires_python_why": str(entry.get("requires_python_why") or ""),
         "creator": str(build.steps[0]["argv"][0]) if manager == "venv" else "",
@@ -630,7 +631,7 @@ def python_env_fact(plan: dict[str, Any], vllm_output: str = "") -> dict[str, An
 
 
 def python_env_state_spec(plan: dict[str, Any], fact_file: str) -> dict[str, list[str]]:
-    """What the no-op path compares with the last converge (tools/acceldeploy/drift.py): the
+    """What the no-op path compares with the last converge (tools/acceldeploy/state/drift.py): the
     path's symlink, the build's record, pip's inputs, the local fact, the interpreter, and every
     installed distribution's RECORD (what ``pip list`` and an install or uninstall change).
     Empty for a container: the image is checked every run."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.bench.runner import DEPLOYED
-from acceldeploy.unit import ServiceUnit, env_value, render_files
+from acceldeploy.serving.unit import ServiceUnit, env_value, render_files
 
 RUN_DIR = "/run/acceldeploy-tune"
 DROPIN_NAME = "zz-acceldeploy-tune.conf"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from acceldeploy.roledefaults import value
+from acceldeploy.inventory.roledefaults import value
 from acceldeploy.verify.model import Check
 
 
@@ -256,7 +256,7 @@ def judge_devices(
     host: str, platform: str, smi: dict[str, dict[str, Any]], users: list[Any]
 ) -> list[Check]:
     """The devices ``users`` (services, each with ``devices``) take, visible and healthy,
-    from npu-smi / hl-smi output (parsers: runtimes.py)."""
+    from npu-smi / hl-smi output (parsers: acceldeploy.runtimes)."""
     tool = {"ascend": "npu-smi", "gaudi": "hl-smi"}.get(platform)
     if tool is None:
         return [Check(host, "devices", "skip", f"platform {platform} has no accelerator")]

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import HostPlan, host_plan, with_node_ips
-from acceldeploy.inventory import hosts_vars
-from acceldeploy.render import Launch, model_arch
-from acceldeploy.service import Service
-from acceldeploy.unit import cluster_check_argv
+from acceldeploy.inventory.hostvars import hosts_vars
+from acceldeploy.serving.hostplan import HostPlan, host_plan, with_node_ips
+from acceldeploy.serving.render import Launch, model_arch
+from acceldeploy.serving.service import Service
+from acceldeploy.serving.unit import cluster_check_argv
 from acceldeploy.verify import api, hoststate, memprobe
 from acceldeploy.verify.model import Check
 

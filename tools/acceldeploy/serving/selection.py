@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.hostplan import HostPlan, host_plan, with_node_ips
-from acceldeploy.inventory import hosts_vars
+from acceldeploy.inventory.hostvars import hosts_vars
+from acceldeploy.serving.hostplan import HostPlan, host_plan, with_node_ips
 
 
 def every_host(inventory: str) -> dict[str, dict[str, Any]]:

@@ -6,7 +6,8 @@ build, an async poll of 0 fires a download and forgets it. So each number's boun
 and each role checks its own beside its other inputs in preflight, before any host is contacted
 (roles/<role>/tasks/validate.yml or plan.yml, through the acceldeploy_number_errors filter).
 host_tuning's numbers are bounded with its other inputs (hosttuning/inputs.py);
-vllm_service_serial, a count or a share of the hosts, by cluster.check_serial.
+vllm_service_serial, a count or a share of the hosts, by check_serial (the rollout's batches,
+serving/cluster.py, read it the same way).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from acceldeploy import cluster
 from acceldeploy.errors import AcceldeployError
 
 DAY = 86400
@@ -62,8 +62,28 @@ BOUNDS: dict[str, Bound] = {
 WHOLE = re.compile(r"\s*-?\d+\s*")
 
 
+def check_serial(serial: Any) -> tuple[int, float]:
+    """vllm_service_serial as Ansible reads serial: (count, 0) for a count >= 1, (0, share)
+    for "N%" with 1 <= N <= 100. Preflight runs it (roles/vllm_service/tasks/plan.yml), before
+    any host is contacted; the rollout again (cluster.rollout)."""
+    text = "" if isinstance(serial, bool | list | dict) else str(serial).strip()
+    try:
+        if text.endswith("%"):
+            share = float(text[:-1])
+            if 1 <= share <= 100:
+                return 0, share
+        elif int(text) >= 1:
+            return int(text), 0.0
+    except ValueError:
+        pass
+    raise AcceldeployError(
+        f"vllm_service_serial must be a number >= 1 or a percentage from 1% to 100% such as "
+        f"25% (hosts restarted per batch), got {serial!r}"
+    )
+
+
 # Bounded by a check of their own: a count or a share of the hosts.
-CHECKS: dict[str, Callable[[Any], Any]] = {"vllm_service_serial": cluster.check_serial}
+CHECKS: dict[str, Callable[[Any], Any]] = {"vllm_service_serial": check_serial}
 
 
 def names(role: str) -> list[str]:
@@ -97,7 +117,7 @@ def errors(values: Mapping[str, Any]) -> list[str]:
     messages = []
     for name, value in values.items():
         if name not in BOUNDS and name not in CHECKS:
-            raise AcceldeployError(f"{name} has no bound in acceldeploy.bounds")
+            raise AcceldeployError(f"{name} has no bound in acceldeploy.inventory.bounds")
         try:
             CHECKS[name](value) if name in CHECKS else number(name, value)
         except AcceldeployError as exc:

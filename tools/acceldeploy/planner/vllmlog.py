@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.kvplan import GIB
+from acceldeploy.planner.kvplan import GIB
 
 NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 UNIT = r"\s*(GiB|GB|G|B)?"

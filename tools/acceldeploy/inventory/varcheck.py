@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from acceldeploy.roledefaults import ROLES, ROLES_DIR
+from acceldeploy.inventory.roledefaults import ROLES, ROLES_DIR
 
 PREFIXES = ("acceldeploy_", *(f"{role}_" for role in ROLES))
 # Inventory-wide variables no single role owns, with their argument spec.
@@ -26,9 +26,10 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
     "acceldeploy_allow_untested_os": {"type": "bool"},
     # Download nothing on the controller; a missing artefact stops preflight naming it.
     "acceldeploy_offline": {"type": "bool"},
-    # Ignore the no-op records (tools/acceldeploy/drift.py): every role checks everything.
+    # Ignore the no-op records (tools/acceldeploy/state/drift.py): every role checks everything.
     "acceldeploy_full_check": {"type": "bool"},
-    # A node of a multi-node service: its address on the network the nodes share (cluster.py).
+    # A node of a multi-node service: its address on the network the nodes share
+    # (serving/cluster.py).
     "acceldeploy_node_ip": {"type": "str"},
     # serve: a failed host also rolls back the hosts an earlier batch of the run switched.
     "acceldeploy_rollback_all": {"type": "bool"},

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from acceldeploy.ansible_adapter import plain
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory.ansible_adapter import plain
 
 
 def host_vars(inventory: str, host: str) -> dict[str, Any]:

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import cluster, raynode
-from acceldeploy.engineopts import engine_options
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import Platform, get_platform
-from acceldeploy.render import HostContext, Launch, render_service
-from acceldeploy.roledefaults import value
+from acceldeploy.inventory.roledefaults import value
+from acceldeploy.planner.engineopts import engine_options
+from acceldeploy.planner.platforms import Platform, get_platform
 from acceldeploy.runtimes.python_env import built_prefix, env_prefix
-from acceldeploy.service import Service, check_engine_values, parse_services
-from acceldeploy.unit import ServiceUnit, UnitOptions, build, var_name
+from acceldeploy.serving import cluster, raynode
+from acceldeploy.serving.render import HostContext, Launch, render_service
+from acceldeploy.serving.service import Service, check_engine_values, parse_services
+from acceldeploy.serving.unit import ServiceUnit, UnitOptions, build, var_name
 
 # {hostname: address} of the hosts a multi-node service names (with_node_ips fills it)
 NODE_IPS_VAR = "vllm_service_node_ips"

@@ -13,12 +13,19 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
-from acceldeploy import cluster, gaudi, render
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import Platform
-from acceldeploy.render import HostContext
-from acceldeploy.service import Service
-from acceldeploy.unit import UNIT_DIR, ServiceUnit, UnitOptions, env_value, hardening, state_dir
+from acceldeploy.planner.platforms import Platform
+from acceldeploy.serving import cluster, gaudi_launch, render
+from acceldeploy.serving.render import HostContext
+from acceldeploy.serving.service import Service
+from acceldeploy.serving.unit import (
+    UNIT_DIR,
+    ServiceUnit,
+    UnitOptions,
+    env_value,
+    hardening,
+    state_dir,
+)
 
 RAY_TEMP = "ray"  # under the service's state directory: short enough for Ray's socket paths
 
@@ -70,8 +77,9 @@ def build_node(
     if platform.container:
         mounts = [(context.models_root, context.models_root, False), (state, state, True),
                   (cache, cache, True)]  # fmt: skip
-        exec_argv = gaudi.docker_argv(name, opts.gaudi_image or platform.image, sorted(env),
-                                      mounts, argv, platform.container_run_args)  # fmt: skip
+        exec_argv = gaudi_launch.docker_argv(name, opts.gaudi_image or platform.image,
+                                             sorted(env), mounts, argv,
+                                             platform.container_run_args)  # fmt: skip
     groups = opts.groups if opts.groups is not None else platform.groups
     role = "head" if where.is_head else "worker"
     service_directives: list[tuple[str, str]] = [

@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from acceldeploy import cluster, engineopts, gaudi
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
-from acceldeploy.modelconfig import ModelArch, load_model_arch
 from acceldeploy.modelref import model_dir
-from acceldeploy.platforms import Platform
-from acceldeploy.service import Service
+from acceldeploy.planner import engineopts
+from acceldeploy.planner.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
+from acceldeploy.planner.modelconfig import ModelArch, load_model_arch
+from acceldeploy.planner.platforms import Platform
+from acceldeploy.serving import cluster, gaudi_launch
+from acceldeploy.serving.service import Service
 
 AUTO_LEN_STEP = 1024
 DEFAULT_CEILING = 32768
@@ -237,12 +238,12 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
     options = engine_options(service, platform, length)
     if platform.container:
         # Gaudi: bucketing sized for the service's shape; a value the service sets wins.
-        shape = gaudi.shape_for(
+        shape = gaudi_launch.shape_for(
             service.name, length, options, context.gaudi_shapes.get(service.name), block
         )
         recipes = f"{cache_dir(service.name)}/hpu-recipes"
-        env = {**gaudi.service_env(shape, service.devices, recipes), **env}
-        options.update(gaudi.engine_options(options, shape))
+        env = {**gaudi_launch.service_env(shape, service.devices, recipes), **env}
+        options.update(gaudi_launch.engine_options(options, shape))
 
     path = model_path(context.models_root, service)
     kv = {

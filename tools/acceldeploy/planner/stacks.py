@@ -2,7 +2,7 @@
 
 Loaded and checked for the keys the roles use; the cpu stack's lock file is read by
 ``lock_requirements``. This module imports nothing else from acceldeploy but its errors, so
-``acceldeploy.platforms`` and ``acceldeploy.runtimes`` can both import it.
+``acceldeploy.planner.platforms`` and ``acceldeploy.runtimes`` can both import it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import yaml
 
 from acceldeploy.errors import AcceldeployError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VERSIONS_DIR = REPO / "versions"
 STACKS_FILE = VERSIONS_DIR / "stacks.yml"
 

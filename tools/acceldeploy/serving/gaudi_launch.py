@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from acceldeploy.engineopts import option_name
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner.engineopts import option_name
 
 DEFAULT_MAX_NUM_SEQS = 128  # utils.sh PREFERED_NUM_SEQS
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # utils.sh PREFERED_BATCHED_TOKENS

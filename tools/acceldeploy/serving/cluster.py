@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import Platform
-from acceldeploy.service import Service
+from acceldeploy.inventory import bounds
+from acceldeploy.planner.platforms import Platform
+from acceldeploy.serving.service import Service
 
 NODE_IP_VAR = "acceldeploy_node_ip"
 RAY_UNIT_PREFIX = "ray-"
@@ -236,29 +237,9 @@ def _check_group(host: str, name: str, views: Mapping[str, Mapping[str, Any]]) -
     return errors
 
 
-def check_serial(serial: Any) -> tuple[int, float]:
-    """vllm_service_serial as Ansible reads serial: (count, 0) for a count >= 1, (0, share)
-    for "N%" with 1 <= N <= 100. Preflight runs it (roles/vllm_service/tasks/plan.yml), before
-    any host is contacted; the rollout again."""
-    text = "" if isinstance(serial, bool | list | dict) else str(serial).strip()
-    try:
-        if text.endswith("%"):
-            share = float(text[:-1])
-            if 1 <= share <= 100:
-                return 0, share
-        elif int(text) >= 1:
-            return int(text), 0.0
-    except ValueError:
-        pass
-    raise AcceldeployError(
-        f"vllm_service_serial must be a number >= 1 or a percentage from 1% to 100% such as "
-        f"25% (hosts restarted per batch), got {serial!r}"
-    )
-
-
 def _per_batch(serial: Any, units: int) -> int:
     """vllm_service_serial as Ansible reads serial: a count, or "N%" of the (rollout) units."""
-    count, share = check_serial(serial)
+    count, share = bounds.check_serial(serial)
     return count or max(1, int(units * share / 100))
 
 

@@ -1,10 +1,10 @@
 """The roles' Galaxy platforms (meta/main.yml ``galaxy_info.platforms``) from the releases
-preflight accepts (data/targets.yml ``supported``, acceldeploy.targets).
+preflight accepts (data/targets.yml ``supported``, acceldeploy.inventory.targets).
 
 Galaxy names a release by ansible-lint's meta schema (``schemas/meta.json`` in ansible-lint):
 Ubuntu and Debian by codename. A supported release that schema has no platform for (openEuler)
 cannot be declared there; ``unexpressed`` names it and every role README lists it under
-Requirements. ``python -m acceldeploy.roledocs --write`` rewrites the platforms of every
+Requirements. ``python -m acceldeploy.docsgen.roledocs --write`` rewrites the platforms of every
 meta/main.yml; a unit test (tests/unit/test_role_docs.py) keeps all of it in step.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from acceldeploy import targets
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import targets
 
 # (targets.yml id, version) -> (Galaxy platform, Galaxy version) as the schema spells them.
 GALAXY: dict[tuple[str, str], tuple[str, str]] = {
@@ -27,7 +27,7 @@ GALAXY: dict[tuple[str, str], tuple[str, str]] = {
 # targets.yml ids (lower case) the schema has no platform for: supported, not declarable.
 UNEXPRESSED_IDS = frozenset({"openeuler"})
 
-COMMAND = "python -m acceldeploy.roledocs --write"
+COMMAND = "python -m acceldeploy.docsgen.roledocs --write"
 _PLATFORMS_LINE = re.compile(r"^(?P<indent>[ ]+)platforms:[ ]*$")
 
 
@@ -39,9 +39,9 @@ def releases() -> list[tuple[str, tuple[str, str] | None]]:
         key = (str(row["id"]).lower(), str(row["version"]))
         if key not in GALAXY and key[0] not in UNEXPRESSED_IDS:
             raise AcceldeployError(
-                f"data/targets.yml supports {row['name']} but acceldeploy.rolemeta has no Galaxy "
-                "platform for it: add it to GALAXY (as ansible-lint's meta schema spells it) "
-                "or its id to UNEXPRESSED_IDS"
+                f"data/targets.yml supports {row['name']} but acceldeploy.docsgen.rolemeta has no "
+                "Galaxy platform for it: add it to GALAXY (as ansible-lint's meta schema spells "
+                "it) or its id to UNEXPRESSED_IDS"
             )
         found.append((str(row["name"]), GALAXY.get(key)))
     return found

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import gaudi, render
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms import Platform
-from acceldeploy.render import Launch
+from acceldeploy.planner.platforms import Platform
+from acceldeploy.serving import gaudi_launch, render
+from acceldeploy.serving.render import Launch
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
 UNIT_TEMPLATE = "vllm.service.j2"
 LAUNCHER_TEMPLATE = "vllm-launcher.sh.j2"
 HEADER = "Managed by acceldeploy (roles/vllm_service); `tools/plan.py render --unit` prints it"
@@ -266,7 +266,7 @@ def _exec_argv(
     mounts = [(models_root, models_root, False), (recipes, recipes, True)]
     if launch.ray_unit:  # the driver reaches its node's Ray through the session directory
         mounts.append((place.state_dir, place.state_dir, True))
-    return gaudi.docker_argv(
+    return gaudi_launch.docker_argv(
         launch.name,
         opts.gaudi_image or platform.image,
         [*sorted(launch.env), *launch.secret_env],

@@ -14,7 +14,7 @@ from typing import Any
 
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.stacks import stack
+from acceldeploy.planner.stacks import stack
 
 CONTAINER = "container"
 

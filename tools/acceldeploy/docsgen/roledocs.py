@@ -4,10 +4,11 @@ reference (docs/reference/inventory.md: every service key, from service.KEYS).
 A README keeps its prose; only the blocks between ``<!-- BEGIN GENERATED: <name> -->`` and
 ``<!-- END GENERATED -->`` are rendered: ``variables`` from the role's meta/argument_specs.yml
 (every entry point, each variable once) and ``platforms`` from data/targets.yml
-(acceldeploy.rolemeta). meta/main.yml's ``galaxy_info.platforms`` comes from the same table.
+(acceldeploy.docsgen.rolemeta). meta/main.yml's ``galaxy_info.platforms`` comes from the same
+table.
 
-    python -m acceldeploy.roledocs --write    # regenerate every role (a missing README is created)
-    python -m acceldeploy.roledocs --check    # exit 1 naming each stale file
+    python -m acceldeploy.docsgen.roledocs --write  # regenerate every role (and missing READMEs)
+    python -m acceldeploy.docsgen.roledocs --check  # exit 1 naming each stale file
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from typing import Any
 
 import yaml
 
-from acceldeploy import rolemeta, service, targets
+from acceldeploy.docsgen import rolemeta
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import targets
+from acceldeploy.serving import service
 
-ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
+ROLES_DIR = Path(__file__).resolve().parents[3] / "roles"
 COMMAND = rolemeta.COMMAND
 END = "<!-- END GENERATED -->"
 BLOCK = re.compile(r"<!-- BEGIN GENERATED: (?P<name>[a-z_]+) -->\n.*?" + re.escape(END), re.S)
@@ -37,7 +40,7 @@ _ANSIBLE_CODE = re.compile(r"\b[CVO]\(([^()]*)\)")
 SOURCES = {
     "variables": "meta/argument_specs.yml",
     "platforms": "tools/acceldeploy/data/targets.yml",
-    "service_keys": "tools/acceldeploy/service.py (KEYS, DEFAULTS)",
+    "service_keys": "tools/acceldeploy/serving/service.py (KEYS, DEFAULTS)",
 }
 
 
@@ -273,7 +276,9 @@ def stale(roles_dir: Path = ROLES_DIR) -> dict[Path, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m acceldeploy.roledocs", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m acceldeploy.docsgen.roledocs", description=__doc__
+    )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="regenerate every role's files")
     mode.add_argument("--check", action="store_true", help="exit 1 naming each stale file")

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.modelconfig import DTYPE_BYTES, KV_CACHE_DTYPE_BYTES, ModelArch
+from acceldeploy.planner.modelconfig import DTYPE_BYTES, KV_CACHE_DTYPE_BYTES, ModelArch
 
 GIB = 1 << 30
 

@@ -5,7 +5,8 @@ pip evaluates a requirements file's markers against the interpreter running it, 
 ``--python-version``, so the controller filters the lock for the host's Python and architecture
 first (``pins_for``) and downloads exactly those pins (``download_argv``), as in::
 
-    python -m acceldeploy.fetchlock download --python 3.9 --arch x86_64 --glibc 31 --dest DIR
+    python -m acceldeploy.downloads.fetchlock download \\
+        --python 3.9 --arch x86_64 --glibc 31 --dest DIR
 
 which writes DIR/requirements.txt (plain ``name==version`` lines) and one wheel per pin, into a
 sibling temporary directory renamed to DIR once complete. The controller runs it (3.11+); the
@@ -29,7 +30,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-LOCK = Path(__file__).resolve().parents[2] / "versions" / "fetch.txt"
+LOCK = Path(__file__).resolve().parents[3] / "versions" / "fetch.txt"
 OLDEST_GLIBC_MINOR = 17  # manylinux2014 == manylinux_2_17
 _PYTHON = re.compile(r"3\.(\d+)(\.\d+)?")
 _ARCH = re.compile(r"[a-z0-9_]+")
@@ -203,7 +204,9 @@ def download(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m acceldeploy.fetchlock", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m acceldeploy.downloads.fetchlock", description=__doc__
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     down = commands.add_parser("download", help="one host kind's wheels into --dest, atomically")
     down.add_argument("--python", required=True, help="the host's Python: 3.N (or 3.N.M)")

@@ -15,7 +15,7 @@ import yaml
 
 from acceldeploy.errors import AcceldeployError
 
-ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
+ROLES_DIR = Path(__file__).resolve().parents[3] / "roles"
 ROLES = ("host_tuning", "python_env", "model_weights", "vllm_service", "ascend_runtime",
          "gaudi_runtime")  # fmt: skip
 

