@@ -21,7 +21,7 @@ def acceldeploy_plan_var_names(_: Any = None) -> list[str]:
 
 
 def acceldeploy_host_units(plan_vars: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """{variable: value} of one host -> every service's unit (argv, env, sections, launcher,
+    """{variable: value} of one host -> every service's unit (argv, env, directives, launcher,
     paths, argcheck, URLs). Bad input fails naming the variable, before anything is written."""
     values = {k: v for k, v in plain(dict(plan_vars)).items() if v is not None}
     return [unit.to_dict() for unit in hostplan.plan_host(values)]
