@@ -387,15 +387,14 @@ def test_a_parser_check_is_recorded_for_its_argv_and_env_key() -> None:
     assert digest != vllm_service_argcheck_digest(argv, "key2")
     assert digest != vllm_service_argcheck_digest([*argv[:3], '["--model", "/models/n"]'], "key1")
 
-    def slurped(name: str, text: str | None) -> dict[str, object]:
-        result: dict[str, object] = {"vllm_service_unit": {"name": name, "argcheck": argv}}
-        if text is not None:
-            result["content"] = base64.b64encode(text.encode()).decode()
-        return result
+    def slurped(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
 
-    recorded = [slurped("a", digest + "\n"), slurped("b", "0" * 64), slurped("c", None)]
-    assert vllm_service_argcheck_passed(recorded, "key1") == ["a"]
-    assert vllm_service_argcheck_passed(recorded, "key2") == []
+    units = [{"name": name, "argcheck": argv} for name in ("a", "b", "c")]
+    recorded = {"a": slurped(digest + "\n"), "b": slurped("0" * 64), "c": ""}
+    assert vllm_service_argcheck_passed(units, recorded, "key1") == ["a"]
+    assert vllm_service_argcheck_passed(units, recorded, "key2") == []
+    assert vllm_service_argcheck_passed(units, {}, "key1") == []
 
 
 def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out() -> None:
@@ -525,19 +524,16 @@ def test_a_failed_host_report_says_the_cause_the_rollback_and_who_switched() -> 
     unit = {"name": "qwen3-vl", "unit_path": "/etc/systemd/system/qwen3-vl.service",
             "launcher_path": "/usr/local/libexec/acceldeploy/qwen3-vl.launch"}  # fmt: skip
     new = {**unit, "name": "new"}
-    found = [{"vllm_service_unit": unit, "stat": {"exists": True}},
-             {"vllm_service_unit": new, "stat": {"exists": False}}]  # fmt: skip
-    assert files(found) == [{"path": unit["unit_path"], "mode": "0644"},
-                            {"path": unit["launcher_path"], "mode": "0755"}]  # fmt: skip
+    assert files([unit]) == [{"path": unit["unit_path"], "mode": "0644"},
+                             {"path": unit["launcher_path"], "mode": "0755"}]  # fmt: skip
     failure = {"cause": "qwen3-vl did not become ready on lab2", "journal": ["a", "OSError: x"]}
-    text = report("lab2", failure, [{"vllm_service_unit": unit, "status": 200}],
-                  [{"vllm_service_rollback_name": "new"}], ["lab1", "lab2"], True)  # fmt: skip
+    text = report("lab2", failure, {"qwen3-vl": 200}, ["new"], ["lab1", "lab2"], True)
     assert text.startswith("qwen3-vl did not become ready on lab2. The rollout stops here")
     assert "Rolled back on lab2: qwen3-vl serve again" in text
     assert "Stopped on lab2 (new in this run, no last good set): new." in text
     assert "serving the new units: lab1 (left as they are; -e acceldeploy_rollback_all" in text
     assert text.endswith("Journal: a | OSError: x")
-    down = report("lab2", failure, [{"vllm_service_unit": unit, "status": -1}], [], [], True)
+    down = report("lab2", failure, {"qwen3-vl": -1}, [], [], True)
     assert "ROLLBACK FAILED on lab2: qwen3-vl" in down and "serving the new units" not in down
     # acceldeploy_rollback_all: the switched hosts' services, put back, serving or not
     switched = plugin["vllm_service_switched_services"](
@@ -549,21 +545,20 @@ def test_a_failed_host_report_says_the_cause_the_rollback_and_who_switched() -> 
                          "unit_file": "qwen3-vl.service", "launcher_path": unit["launcher_path"],
                          "launcher_file": "qwen3-vl.launch",
                          "health_url": "http://127.0.0.1:8001/health"}]  # fmt: skip
-    back = [{"item": switched[0], "stdout": "restored"},
-            {"item": {**switched[0], "host": "lab0"}, "stdout": "restored"},
-            {"item": {**switched[0], "host": "lab3"}, "stdout": "stopped"}]  # fmt: skip
-    health = [{"item": back[0], "status": 200}, {"item": back[1], "status": -1}]
-    text = report("lab2", failure, [], [], ["lab1", "lab0", "lab3"], True, back, health)
+    # [switched service, what putting it back said, its /health status after]
+    back = [[switched[0], "restored", 200],
+            [{**switched[0], "host": "lab0"}, "restored", -1],
+            [{**switched[0], "host": "lab3"}, "stopped", 0]]  # fmt: skip
+    text = report("lab2", failure, {}, [], ["lab1", "lab0", "lab3"], True, back)
     assert ("Rolled back too (acceldeploy_rollback_all): lab1: qwen3-vl serves again on what "
             "this run replaced; ROLLBACK FAILED lab0: qwen3-vl") in text  # fmt: skip
     assert "lab3: qwen3-vl stopped (new in this run)." in text and "left as they are" not in text
-    # without acceldeploy_rollback_all the loop's items come back skipped: named, left as they are
-    skipped = [{"item": switched[0], "skipped": True}]
-    text = report("lab2", failure, [], [], ["lab1"], True, skipped, [])
+    # without acceldeploy_rollback_all nothing was put back: named, left as they are
+    text = report("lab2", failure, {}, [], ["lab1"], True, [])
     assert "Rolled back too" not in text and "lab1 (left as they are" in text
 
-    assert "lab2 was not rolled back" in report("lab2", failure, [], [], [], False)
-    assert "nothing was rolled back" in report("lab2", failure, [], [], [], True)
+    assert "lab2 was not rolled back" in report("lab2", failure, {}, [], [], False)
+    assert "nothing was rolled back" in report("lab2", failure, {}, [], [], True)
 
 
 def test_model_prune_spec_covers_the_revisions_of_the_served_models() -> None:
