@@ -65,14 +65,6 @@ def acceldeploy_number_errors(values: Mapping[str, Any]) -> list[str]:
     return bounds.errors(plain(dict(values)))
 
 
-def acceldeploy_repo_path(relative: str) -> str:
-    """'templates' | acceldeploy_repo_path: a path inside this repository."""
-    path = (REPO / str(relative)).resolve()
-    if not path.is_relative_to(REPO) or not path.exists():
-        raise AcceldeployError(f"{relative} is not a path of the acceldeploy repository")
-    return str(path)
-
-
 def acceldeploy_unknown_variables(names: list[str]) -> list[str]:
     """Variable names -> a message for each of ours that no role declares (closest name)."""
     return varcheck.unknown_variables(names)
@@ -104,6 +96,8 @@ def acceldeploy_target(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]
 
 @cache
 def _code_digest() -> str:
+    if not (REPO / "roles").is_dir():  # a digest of nothing would never change
+        raise AcceldeployError(f"no roles/ in {REPO}: acceldeploy's code digest needs them")
     return drift.code_digest(str(REPO))
 
 
@@ -130,7 +124,6 @@ class FilterModule:
             acceldeploy_rollout,
             acceldeploy_bounded_names,
             acceldeploy_number_errors,
-            acceldeploy_repo_path,
             acceldeploy_unknown_variables,
             acceldeploy_type_errors,
             acceldeploy_variable_pattern,
