@@ -20,11 +20,10 @@ venv: $(VENV)/.installed
 # The docs (mkdocs.yml, docs/ into the git-ignored site/): strict, so a broken link or anchor, or a
 # page missing from the nav, fails lint. Not --quiet: mkdocs 1.6.1 then lets warnings pass.
 lint: venv
-	$(BIN)/ruff check tools tests filter_plugins roles library
-	$(BIN)/ruff format --check tools tests filter_plugins roles library
-	$(BIN)/mypy tools/acceldeploy $(wildcard tools/*.py) $(wildcard filter_plugins/*.py) \
-	  $(wildcard library/*.py) $(wildcard roles/*/library/*.py) \
-	  $(wildcard roles/*/action_plugins/*.py) $(wildcard roles/*/filter_plugins/*.py)
+	$(BIN)/ruff check tools tests plugins roles
+	$(BIN)/ruff format --check tools tests plugins roles
+	$(BIN)/mypy tools/acceldeploy $(wildcard tools/*.py) $(wildcard plugins/filter/*.py) \
+	  $(wildcard plugins/modules/*.py) $(wildcard plugins/action/*.py)
 	$(BIN)/ansible-lint
 	out=$$(NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict 2>&1) || { echo "$$out"; exit 1; }
 

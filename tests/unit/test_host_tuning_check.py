@@ -120,7 +120,7 @@ def check_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-        "ANSIBLE_FILTER_PLUGINS": str(REPO / "filter_plugins"),
+        "ANSIBLE_FILTER_PLUGINS": str(REPO / "plugins" / "filter"),
         "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
         "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
         "ANSIBLE_NOCOLOR": "1",

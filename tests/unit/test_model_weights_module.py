@@ -1,4 +1,4 @@
-"""library/model_weights_fetch.py gets its code through Ansible's module_utils: ansible.cfg's
+"""plugins/modules/model_weights_fetch.py gets its code through Ansible's module_utils: ansible.cfg's
 ``module_utils = tools`` and AnsiballZ zip tools/acceldeploy/fetch (and the ``..modelref`` and
 ``..errors`` it imports) into the module's payload. Here the module runs through a real
 ``ansible`` ad-hoc call on this machine (local connection), its payload is unpacked and
@@ -178,7 +178,7 @@ def test_the_package_init_stays_import_light():
 
 
 def test_filter_plugin_and_role_reach_the_package_without_paths():
-    plugin = REPO / "filter_plugins" / "model_weights_filters.py"
+    plugin = REPO / "plugins" / "filter" / "model_weights_filters.py"
     spec = importlib.util.spec_from_file_location("model_weights_filters", plugin)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -186,7 +186,7 @@ def test_filter_plugin_and_role_reach_the_package_without_paths():
     filters = module.FilterModule().filters()
     versions = Path(filters["model_weights_versions_file"]("fetch.txt"))
     assert versions == REPO / "versions" / "fetch.txt" and versions.is_file()
-    checked = [plugin, REPO / "library" / "model_weights_fetch.py"]
+    checked = [plugin, REPO / "plugins" / "modules" / "model_weights_fetch.py"]
     checked += sorted((REPO / "roles" / "model_weights").rglob("*.y*ml"))
     for path in checked:
         text = path.read_text()

@@ -377,7 +377,7 @@ def test_a_parser_check_is_recorded_for_its_argv_and_env_key() -> None:
     import runpy
 
     plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
     )
     vllm_service_argcheck_digest = plugin["vllm_service_argcheck_digest"]
     vllm_service_argcheck_passed = plugin["vllm_service_argcheck_passed"]
@@ -401,7 +401,7 @@ def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out
     import runpy
 
     plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
     )
     units = [
         {
@@ -518,7 +518,7 @@ def test_a_failed_host_report_says_the_cause_the_rollback_and_who_switched() -> 
     import runpy
 
     plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
     )
     files, report = plugin["vllm_service_rollback_files"], plugin["vllm_service_failure_report"]
     unit = {"name": "qwen3-vl", "unit_path": "/etc/systemd/system/qwen3-vl.service",
@@ -565,7 +565,7 @@ def test_model_prune_spec_covers_the_revisions_of_the_served_models() -> None:
     import runpy
 
     plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
     )
     units = [{"launch": {"model_path": "/models/Qwen/VL@r2"}},
              {"launch": {"model_path": "/models/Qwen/VL@r1"}},

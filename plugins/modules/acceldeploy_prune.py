@@ -14,7 +14,7 @@ short_description: Remove old builds or model revisions that nothing uses, beyon
 description:
   - Finds the directories I(patterns) match. Keeps the I(current) ones (and any directory
     holding one), every one a running process's command line or one of the I(in_use_files)
-    names, and the I(keep) newest complete others (complete: I(marker) exists inside, or
+    names, and the I(keep) newest complete others (complete when I(marker) exists inside, or
     always without a marker). Removes the rest.
   - In check mode nothing is removed; C(removed) says what would be, and C(changed) is true
     when anything would.

@@ -19,7 +19,7 @@ description:
   - C(state=record) observes I(files), I(trees) and I(units) and writes the record (0600,
     atomic). C(state=absent) removes it (a run that changes the host forgets the old record
     first, so a run that fails halfway never leaves one behind). Neither writes in check mode.
-  - Bookkeeping only: never reports changed.
+  - Bookkeeping only; it never reports changed.
 options:
   path:
     description: The record file.

@@ -12,7 +12,9 @@ from acceldeploy import bounds, cluster, drift, hostplan, secrets, targets, varc
 from acceldeploy.ansible_adapter import filters, plain
 from acceldeploy.errors import AcceldeployError
 
-REPO = Path(hostplan.__file__).resolve().parents[2]
+# The collection's root (this repository, or where ansible-galaxy installed it): the roles,
+# plugins and playbooks whose digest is part of every no-op key.
+REPO = Path(__file__).resolve().parents[2]
 
 
 def acceldeploy_plan_var_names(_: Any = None) -> list[str]:
