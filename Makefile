@@ -8,7 +8,8 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ACCELDEPLOY_CACHE := $(CACHE)
 
-.PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo endpoints clean test-slow
+.PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo endpoints clean test-slow \
+  wheel collection
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +30,15 @@ lint: venv
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
+
+# What an installed collection's controller needs beside it (docs/developers/collection.md):
+# the acceldeploy package as a wheel in dist/, for `pip install` into the Python that runs
+# Ansible; and the collection itself, a tarball of this repository (galaxy.yml), in dist/.
+wheel: venv
+	$(BIN)/pip wheel --no-deps -w dist .
+
+collection: venv
+	$(BIN)/ansible-galaxy collection build --force --output-path dist .
 
 # What the lab needs from the machine: debootstrap and systemd-nspawn (Debian packages).
 host-deps:
@@ -97,4 +107,4 @@ endpoints: venv
 	@PYTHONPATH=tools $(BIN)/python -m acceldeploy.lab.endpoints inventory/lab/hosts.yml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache dist

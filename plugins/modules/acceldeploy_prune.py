@@ -48,7 +48,7 @@ author:
 
 EXAMPLES = r"""
 - name: Model revisions beyond the keep count that nothing serves from
-  acceldeploy_prune:
+  acceldeploy.fleet.acceldeploy_prune:
     patterns: [/models/Qwen/Qwen3-VL-8B-Instruct@*]
     current: [/models/Qwen/Qwen3-VL-8B-Instruct@0c351dd]
     keep: 1
@@ -76,7 +76,11 @@ kept:
 import os
 import shutil
 
-from ansible.module_utils.acceldeploy import prune
+# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
+try:
+    from ansible.module_utils.acceldeploy import prune
+except ImportError:
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy import prune
 from ansible.module_utils.basic import AnsibleModule
 
 

@@ -59,9 +59,9 @@ author:
 
 EXAMPLES = r"""
 - name: Anything changed since the last converge?
-  acceldeploy_state:
+  acceldeploy.fleet.acceldeploy_state:
     path: /var/lib/acceldeploy/state/host_tuning.json
-    key: "{{ host_tuning_inputs | acceldeploy_state_key }}"
+    key: "{{ host_tuning_inputs | acceldeploy.fleet.acceldeploy_state_key }}"
   register: host_tuning_state
 """
 
@@ -83,7 +83,11 @@ written:
 
 import os
 
-from ansible.module_utils.acceldeploy import drift
+# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
+try:
+    from ansible.module_utils.acceldeploy import drift
+except ImportError:
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy import drift
 from ansible.module_utils.basic import AnsibleModule
 
 

@@ -39,7 +39,7 @@ author:
 
 EXAMPLES = r"""
 - name: Probe the host
-  host_tuning_probe:
+  acceldeploy.fleet.host_tuning_probe:
     sysctls: [vm.nr_hugepages, kernel.numa_balancing]
     files: [/etc/default/grub.d/90-acceldeploy.cfg]
   register: host_tuning_probe

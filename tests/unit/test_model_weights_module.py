@@ -69,7 +69,7 @@ def ansible_module(args: dict[str, Any], remote_tmp: Path) -> tuple[dict[str, An
             "-e",
             f"ansible_python_interpreter={sys.executable}",
             "-m",
-            "model_weights_fetch",
+            "acceldeploy.fleet.model_weights_fetch",
             "-a",
             json.dumps(args),
         ],
@@ -120,6 +120,11 @@ def test_module_runs_from_its_payload(tmp_path):
     )
     unpacked = Path(out.stdout.split()[-1]) / "ansible" / "module_utils" / "acceldeploy"
     assert {p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*.py")} == SHIPPED
+    # ... and the same files as the collection's module_utils, which an installed collection
+    # runs from (plugins/module_utils/acceldeploy; a checkout resolves both)
+    collection = Path(out.stdout.split()[-1]) / "ansible_collections" / "acceldeploy" / "fleet"
+    shipped = collection / "plugins" / "module_utils" / "acceldeploy"
+    assert {p.relative_to(shipped).as_posix() for p in shipped.rglob("*.py")} == SHIPPED
 
     # A damaged file is found by the shipped code too.
     with (directory / "sub" / "w.safetensors").open("r+b") as fh:
