@@ -8,7 +8,8 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ACCELDEPLOY_CACHE := $(CACHE)
 
-.PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo endpoints clean test-slow
+.PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo endpoints clean test-slow \
+  wheel collection
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,17 +23,25 @@ venv: $(VENV)/.installed
 # The docs (mkdocs.yml, docs/ into the git-ignored site/): strict, so a broken link or anchor, or a
 # page missing from the nav, fails lint. Not --quiet: mkdocs 1.6.1 then lets warnings pass.
 lint: venv
-	$(BIN)/ruff check tools tests filter_plugins roles library
-	$(BIN)/ruff format --check tools tests filter_plugins roles library
-	$(BIN)/mypy tools/acceldeploy $(wildcard tools/*.py) $(wildcard filter_plugins/*.py) \
-	  $(wildcard library/*.py) $(wildcard roles/*/library/*.py) \
-	  $(wildcard roles/*/action_plugins/*.py) $(wildcard roles/*/filter_plugins/*.py)
+	$(BIN)/ruff check tools tests plugins roles
+	$(BIN)/ruff format --check tools tests plugins roles
+	$(BIN)/mypy tools/acceldeploy $(wildcard tools/*.py) $(wildcard plugins/filter/*.py) \
+	  $(wildcard plugins/modules/*.py) $(wildcard plugins/action/*.py)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ansible-lint
 	out=$$(NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict 2>&1) || { echo "$$out"; exit 1; }
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
+
+# What an installed collection's controller needs beside it (docs/developers/collection.md):
+# the acceldeploy package as a wheel in dist/, for `pip install` into the Python that runs
+# Ansible; and the collection itself, a tarball of this repository (galaxy.yml), in dist/.
+wheel: venv
+	$(BIN)/pip wheel --no-deps -w dist .
+
+collection: venv
+	$(BIN)/ansible-galaxy collection build --force --output-path dist .
 
 # What the lab needs from the machine: debootstrap and systemd-nspawn (Debian packages).
 host-deps:
@@ -101,4 +110,4 @@ endpoints: venv
 	@PYTHONPATH=tools $(BIN)/python -m acceldeploy.lab.endpoints inventory/lab/hosts.yml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache dist

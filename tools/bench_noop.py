@@ -132,7 +132,7 @@ def stock_play(play: object) -> object:
 @contextmanager
 def stock_copy() -> Iterator[Path]:
     """site.yml and playbooks/*.yml with stock fact gathering, in a directory of the
-    repository (roles, filters and the tasks they include resolve as from the originals)."""
+    repository (the roles and plugins they use resolve as from the originals)."""
     top = Path(tempfile.mkdtemp(prefix=".bench-stock-", dir=ROOT))
     try:
         (top / "playbooks").mkdir()
@@ -141,7 +141,6 @@ def stock_copy() -> Iterator[Path]:
             target = top / source.relative_to(ROOT)
             target.write_text(yaml.safe_dump(plays, sort_keys=False, width=100))
         (top / FLOOR).write_text(yaml.safe_dump([stock_play(p) for p in FLOOR_PLAY]))
-        (top / "playbooks" / "tasks").symlink_to(ROOT / "playbooks" / "tasks")
         (top / "tools").symlink_to(ROOT / "tools")  # verify.yml: {{ playbook_dir }}/../tools
         yield top
     finally:

@@ -176,9 +176,10 @@ def run_playbook(
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 900,
+    cwd: str | Path = REPO,
 ) -> PlaybookRun:
-    """Run a playbook (path relative to the repository or absolute; several, one after the
-    other, in one ansible-playbook) and parse its JSON output.
+    """Run a playbook (path relative to ``cwd``, the repository by default, or absolute;
+    several, one after the other, in one ansible-playbook) and parse its JSON output.
 
     Extra vars go as one JSON document, so their types survive (``-e key=value`` makes
     strings). A run that does not print JSON (a syntax error) still returns, with ``data``
@@ -211,7 +212,7 @@ def run_playbook(
     started = time.monotonic()
     proc = subprocess.run(
         argv,
-        cwd=REPO,
+        cwd=cwd,
         env=run_env,
         capture_output=True,
         text=True,

@@ -218,7 +218,7 @@ def full_check(
     of the published copy re-hashed against its manifest, by the code the module ships."""
     task = {
         "name": "Check | Re-hash the published copy",
-        "model_weights_fetch": {
+        "acceldeploy.fleet.model_weights_fetch": {
             "state": "planned",
             "mode": "verify",
             "verify": "full",

@@ -122,8 +122,12 @@ def test_models_stage_downloads_the_wheels_per_python_first_then_publishes() -> 
 
 def test_the_planned_unit_passes_systemd_analyze_verify_on_247_and_257() -> None:
     templates = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True)
-    unit_template = templates.from_string((ROOT / "templates/vllm.service.j2").read_text())
-    launcher_template = templates.from_string((ROOT / "templates/vllm-launcher.sh.j2").read_text())
+    unit_template = templates.from_string(
+        (ROOT / "roles/vllm_service/templates/vllm.service.j2").read_text()
+    )
+    launcher_template = templates.from_string(
+        (ROOT / "roles/vllm_service/templates/vllm-launcher.sh.j2").read_text()
+    )
     verify = (ROOT / "roles/vllm_service/files/vllm-unit-verify").read_text()
     ready = (ROOT / "roles/vllm_service/files/vllm-ready").read_text()
     for host in SUITES:

@@ -28,6 +28,18 @@ def inventory(path: str) -> dict:
     return hostplan.with_node_ips(hosts_vars(path))
 
 
+def rendered_directives(unit, section: str) -> list[tuple[str, str]]:
+    """(directive, value) of one section of the unit as its template renders it, in order."""
+    found, current = [], ""
+    for line in render_files(unit)[unit.unit_path].splitlines():
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1]
+        elif current == section and "=" in line:
+            key, value = line.split("=", 1)
+            found.append((key, value))
+    return found
+
+
 def spec(**changes):
     base = {"name": "ds", "model": "deepseek-ai/DeepSeek-R1", "nodes": ["a", "b"],
             "devices": list(range(8)), "tensor_parallel_size": 8, "pipeline_parallel_size": 2}  # fmt: skip
@@ -102,10 +114,8 @@ def test_the_head_runs_vllm_on_ray_and_every_node_runs_a_ray_node():
     assert "RAY_ADDRESS" not in worker_ray.env
 
     (unit,) = head.units()
-    service = dict(
-        d for s in unit.sections if s["name"] == "Service" for d in map(tuple, s["directives"])
-    )
-    unit_section = [tuple(d) for s in unit.sections if s["name"] == "Unit" for d in s["directives"]]
+    service = dict(rendered_directives(unit, "Service"))
+    unit_section = rendered_directives(unit, "Unit")
     assert ("Requires", "ray-deepseek-r1.service") in unit_section
     assert ("After", "ray-deepseek-r1.service") in unit_section
     assert service["ExecStartPre"].split()[2:] == [
@@ -401,3 +411,42 @@ def test_the_per_node_variables_come_from_the_platform():
     single = parse_service({"name": "one", "model": "org/m", "env": {"GLOO_SOCKET_IFNAME": "eth0"}},
                            "cpu", 0)  # fmt: skip
     cluster.check_node_env(single, get_platform("cpu"))
+
+
+def test_ansible_renders_the_units_as_plan_render_does(tmp_path):
+    """The role's template tasks (Ansible's template module) write what `plan.py render
+    --unit` prints, byte for byte: each head's vLLM and Ray node units and their launchers."""
+    import json
+    import sys
+
+    units = [
+        *hostplan.plan_host(inventory(ASCEND)["npu-01"]),
+        *hostplan.plan_host(inventory(GAUDI)["hpu-01"]),
+    ]
+    assert {u.template for u in units} == {"vllm.service.j2", "ray-node.service.j2"}
+    (tmp_path / "units.json").write_text(json.dumps([u.to_dict() for u in units]))
+    templates = ROOT / "roles/vllm_service/templates"
+    loop = {"loop": "{{ units }}", "loop_control": {"loop_var": "vllm_service_unit"}}
+
+    def written(path_key: str) -> str:
+        return f"{tmp_path}/{{{{ vllm_service_unit.platform }}}}-{{{{ vllm_service_unit.{path_key} | basename }}}}"
+
+    tasks = [
+        {"ansible.builtin.template": {"src": f"{templates}/{{{{ vllm_service_unit.template }}}}",
+                                      "dest": written("unit_path"), "mode": "0644"}, **loop},
+        {"ansible.builtin.template": {"src": f"{templates}/vllm-launcher.sh.j2",
+                                      "dest": written("launcher_path"), "mode": "0644"}, **loop},
+    ]  # fmt: skip
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks,
+             "vars": {"units": f"{{{{ lookup('file', '{tmp_path}/units.json') | from_json }}}}"}}]  # fmt: skip
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
+        cwd=tmp_path, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for unit in units:
+        for path, text in render_files(unit).items():
+            assert (tmp_path / f"{unit.platform}-{Path(path).name}").read_text() == text, path

@@ -106,7 +106,7 @@ def check_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                         {
                             "name": "Check",
                             "ansible.builtin.include_role": {
-                                "name": "host_tuning",
+                                "name": "acceldeploy.fleet.host_tuning",
                                 "tasks_from": "check",
                             },
                         }
@@ -119,8 +119,6 @@ def check_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-        "ANSIBLE_FILTER_PLUGINS": str(REPO / "filter_plugins"),
         "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
         "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
         "ANSIBLE_NOCOLOR": "1",

@@ -13,7 +13,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.common.text.converters import to_bytes
 
-LIBRARY = Path(__file__).resolve().parents[2] / "roles" / "host_tuning" / "library"
+LIBRARY = Path(__file__).resolve().parents[2] / "plugins" / "modules"
 
 
 def load(name: str) -> ModuleType:

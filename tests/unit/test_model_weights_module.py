@@ -1,4 +1,4 @@
-"""library/model_weights_fetch.py gets its code through Ansible's module_utils: ansible.cfg's
+"""plugins/modules/model_weights_fetch.py gets its code through Ansible's module_utils: ansible.cfg's
 ``module_utils = tools`` and AnsiballZ zip tools/acceldeploy/fetch (and the ``..modelref`` and
 ``..errors`` it imports) into the module's payload. Here the module runs through a real
 ``ansible`` ad-hoc call on this machine (local connection), its payload is unpacked and
@@ -71,7 +71,7 @@ def ansible_module(args: dict[str, Any], remote_tmp: Path) -> tuple[dict[str, An
             "-e",
             f"ansible_python_interpreter={sys.executable}",
             "-m",
-            "model_weights_fetch",
+            "acceldeploy.fleet.model_weights_fetch",
             "-a",
             json.dumps(args),
         ],
@@ -122,6 +122,11 @@ def test_module_runs_from_its_payload(tmp_path):
     )
     unpacked = Path(out.stdout.split()[-1]) / "ansible" / "module_utils" / "acceldeploy"
     assert {p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*.py")} == SHIPPED
+    # ... and the same files as the collection's module_utils, which an installed collection
+    # runs from (plugins/module_utils/acceldeploy; a checkout resolves both)
+    collection = Path(out.stdout.split()[-1]) / "ansible_collections" / "acceldeploy" / "fleet"
+    shipped = collection / "plugins" / "module_utils" / "acceldeploy"
+    assert {p.relative_to(shipped).as_posix() for p in shipped.rglob("*.py")} == SHIPPED
 
     # A damaged file is found by the shipped code too.
     with (directory / "sub" / "w.safetensors").open("r+b") as fh:
@@ -182,7 +187,7 @@ def test_the_package_init_stays_import_light(name):
 
 
 def test_filter_plugin_and_role_reach_the_package_without_paths():
-    plugin = REPO / "filter_plugins" / "model_weights_filters.py"
+    plugin = REPO / "plugins" / "filter" / "model_weights_filters.py"
     spec = importlib.util.spec_from_file_location("model_weights_filters", plugin)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -190,7 +195,7 @@ def test_filter_plugin_and_role_reach_the_package_without_paths():
     filters = module.FilterModule().filters()
     versions = Path(filters["model_weights_versions_file"]("fetch.txt"))
     assert versions == REPO / "versions" / "fetch.txt" and versions.is_file()
-    checked = [plugin, REPO / "library" / "model_weights_fetch.py"]
+    checked = [plugin, REPO / "plugins" / "modules" / "model_weights_fetch.py"]
     checked += sorted((REPO / "roles" / "model_weights").rglob("*.y*ml"))
     for path in checked:
         text = path.read_text()

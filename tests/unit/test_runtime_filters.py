@@ -1,4 +1,4 @@
-"""filter_plugins/runtime_filters.py loads from the installed acceldeploy (no sys.path edit)."""
+"""plugins/filter/runtime_filters.py loads from the installed acceldeploy (no sys.path edit)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = ROOT / "filter_plugins" / "runtime_filters.py"
+PLUGIN = ROOT / "plugins" / "filter" / "runtime_filters.py"
 FILTERS = [
     "ascend_runtime_fact",
     "ascend_runtime_gate",

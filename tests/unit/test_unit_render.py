@@ -1,4 +1,4 @@
-"""Golden units, launchers, argv and env of the examples and the lab (unit.py + templates/),
+"""Golden units, launchers, argv and env of the examples and the lab (unit.py + roles/vllm_service/templates/),
 and `systemd-analyze verify` of each rendered unit where systemd-analyze exists."""
 
 import dataclasses
@@ -135,11 +135,41 @@ def units(where):
     return plan_host(host_vars(*where))
 
 
+def rendered(unit, section: str | None = None) -> list[list[str]]:
+    """[directive, value] of the unit as its template renders it (of one section when named),
+    in order."""
+    found, current = [], ""
+    for line in render_files(unit)[unit.unit_path].splitlines():
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1]
+        elif current and section in (None, current) and "=" in line:
+            found.append(line.split("=", 1))
+    return found
+
+
 def test_ascend_example_golden_unit_and_launcher():
     (unit,) = units(ASCEND)
     files = render_files(unit)
     assert files["/etc/systemd/system/qwen3-vl.service"] == ASCEND_UNIT
     assert files["/usr/local/libexec/acceldeploy/qwen3-vl.launch"] == ASCEND_LAUNCHER
+
+
+def test_the_templates_read_like_the_units_and_share_one_sandbox():
+    """Each directive is named in the template, only values come from unit.py; the Ray node's
+    unit closes with the served unit's sandbox, line for line."""
+    import re
+
+    templates = ROOT / "roles/vllm_service/templates"
+
+    def sandbox(name: str) -> str:
+        text = re.sub(r"\{#.*?#\}\n", "", (templates / name).read_text(), flags=re.S)
+        return text[text.index("DevicePolicy=closed") : text.index("[Install]")]
+
+    assert sandbox("vllm.service.j2") == sandbox("ray-node.service.j2")
+    text = (templates / "vllm.service.j2").read_text()
+    for line in ASCEND_UNIT.splitlines()[2:]:
+        name = line.split("=", 1)[0]
+        assert line.startswith("[") or not line or f"\n{name}=" in text, name
 
 
 def test_ascend_example_argv_and_env():
@@ -215,7 +245,7 @@ def test_gaudi_example_argv_env_and_container():
     recipes = "/var/cache/acceldeploy-vllm/qwen2-5-vl/hpu-recipes"
     assert f"{recipes}:{recipes}:rw" in ex
     assert unit.argcheck is None and unit.groups == ["docker"]
-    directives = dict((d[0], d[1]) for s in unit.sections for d in s["directives"])
+    directives = dict(rendered(unit))
     assert directives["TimeoutStartSec"] == "3600"
     assert directives["ExecStopPost"] == "-/usr/bin/docker rm -f acceldeploy-qwen2-5-vl"
 
@@ -236,13 +266,12 @@ def test_lab_argv_env_and_directives():
         "VLLM_SERVER_DEV_MODE": "1",
         "XDG_CACHE_HOME": "/var/cache/acceldeploy-vllm/qwen3-vl",
     }
-    sections = {s["name"]: s["directives"] for s in unit.sections}
-    service = dict((d[0], d[1]) for d in sections["Service"])
+    service = dict(rendered(unit, "Service"))
     assert service["User"] == "vllm" and "SupplementaryGroups" not in service
     assert service["ExecStart"] == "/usr/local/libexec/acceldeploy/qwen3-vl.launch"
     assert service["ExecStartPost"].endswith("vllm-ready http://127.0.0.1:8001/health 300")
     assert service["TimeoutStartSec"] == "300" and service["Restart"] == "always"
-    assert dict((d[0], d[1]) for d in sections["Unit"])["StartLimitBurst"] == "3"
+    assert dict(rendered(unit, "Unit"))["StartLimitBurst"] == "3"
     assert "PrivateDevices" not in service and "MemoryDenyWriteExecute" not in service
     assert service["IPAddressDeny"] == "any"
     assert unit.argcheck is not None and unit.argcheck[0] == "/opt/acceldeploy/venv/bin/python"
@@ -267,7 +296,7 @@ def test_numa_from_topology_and_public_bind():
         {"device": 3, "numa": 1, "cpus": "48-95"},
     )
     unit = _build(ASCEND, launch, UnitOptions(topology=topo))
-    service = dict((d[0], d[1]) for d in unit.sections[1]["directives"])
+    service = dict(rendered(unit, "Service"))
     assert (service["CPUAffinity"], service["NUMAPolicy"], service["NUMAMask"]) == (
         "48-95", "preferred", "1",
     )  # fmt: skip
@@ -276,13 +305,13 @@ def test_numa_from_topology_and_public_bind():
     split = _build(
         ASCEND, launch, UnitOptions(topology=({"device": 2, "numa": 0, "cpus": "0-47"}, *topo[1:]))
     )
-    assert "CPUAffinity" not in dict((d[0], d[1]) for d in split.sections[1]["directives"])
+    assert "CPUAffinity" not in dict(rendered(split, "Service"))
 
 
 def test_secrets_stay_in_the_environment_file():
     launch = _launch(LAB, secret_env=["VLLM_API_KEY"])
     unit = _build(LAB, launch)
-    service = [d for d in unit.sections[1]["directives"]]
+    service = rendered(unit, "Service")
     assert ["EnvironmentFile", "/etc/acceldeploy/secrets/qwen3-vl.env"] in service
     assert "VLLM_API_KEY" not in " ".join(unit.exec_argv) and "VLLM_API_KEY" not in unit.env
 
@@ -290,7 +319,7 @@ def test_secrets_stay_in_the_environment_file():
 def test_env_quoting_and_refusals():
     launch = _launch(LAB, env={"A": 'x "y" 50%'})
     unit = _build(LAB, launch)
-    assert ["Environment", '"A=x \\"y\\" 50%%"'] in unit.sections[1]["directives"]
+    assert ["Environment", '"A=x \\"y\\" 50%%"'] in rendered(unit, "Service")
     with pytest.raises(AcceldeployError, match="PYTHONOPTIMIZE"):
         _build(LAB, _launch(LAB, env={"PYTHONOPTIMIZE": "1"}))
     with pytest.raises(AcceldeployError, match="unknown"):
@@ -348,7 +377,7 @@ def test_a_parser_check_is_recorded_for_its_argv_and_env_key() -> None:
     import runpy
 
     plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
     )
     vllm_service_argcheck_digest = plugin["vllm_service_argcheck_digest"]
     vllm_service_argcheck_passed = plugin["vllm_service_argcheck_passed"]
@@ -358,22 +387,21 @@ def test_a_parser_check_is_recorded_for_its_argv_and_env_key() -> None:
     assert digest != vllm_service_argcheck_digest(argv, "key2")
     assert digest != vllm_service_argcheck_digest([*argv[:3], '["--model", "/models/n"]'], "key1")
 
-    def slurped(name: str, text: str | None) -> dict[str, object]:
-        result: dict[str, object] = {"vllm_service_unit": {"name": name, "argcheck": argv}}
-        if text is not None:
-            result["content"] = base64.b64encode(text.encode()).decode()
-        return result
+    def slurped(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
 
-    recorded = [slurped("a", digest + "\n"), slurped("b", "0" * 64), slurped("c", None)]
-    assert vllm_service_argcheck_passed(recorded, "key1") == ["a"]
-    assert vllm_service_argcheck_passed(recorded, "key2") == []
+    units = [{"name": name, "argcheck": argv} for name in ("a", "b", "c")]
+    recorded = {"a": slurped(digest + "\n"), "b": slurped("0" * 64), "c": ""}
+    assert vllm_service_argcheck_passed(units, recorded, "key1") == ["a"]
+    assert vllm_service_argcheck_passed(units, recorded, "key2") == []
+    assert vllm_service_argcheck_passed(units, {}, "key1") == []
 
 
 def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out() -> None:
     import runpy
 
     plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
     )
     units = [
         {
@@ -407,21 +435,21 @@ def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out
 
 def test_planned_stops_drain_and_hooks_run_as_root_without_blocking() -> None:
     launch = _launch(LAB)
-    service = _build(LAB, launch).sections[1]["directives"]
+    service = rendered(_build(LAB, launch), "Service")
     stops = [d[1] for d in service if d[0] == "ExecStop"]
     assert stops == [f"/usr/bin/python3 /usr/local/libexec/acceldeploy/vllm-drain "
                      f"http://127.0.0.1:{launch.port} 120"]  # fmt: skip
     assert ["TimeoutStopSec", "180"] in service
-    hooked = _build(LAB, launch, UnitOptions.from_vars(
+    hooked = rendered(_build(LAB, launch, UnitOptions.from_vars(
         {"drain_timeout": "30", "drain_hook": "/usr/local/bin/lb-ctl disable %N",
          "ready_hook": "/usr/local/bin/lb-ctl enable %N"}
-    )).sections[1]["directives"]  # fmt: skip
+    )), "Service")  # fmt: skip
     assert next(d[1] for d in hooked if d[0] == "ExecStop") == "-+/usr/local/bin/lb-ctl disable %N"
     assert [d[1] for d in hooked if d[0] == "ExecStartPost"][-1] == (
         "-+/usr/local/bin/lb-ctl enable %N"
     )
     assert ["TimeoutStopSec", "90"] in hooked
-    off = _build(LAB, launch, UnitOptions(drain_timeout=0)).sections[1]["directives"]
+    off = rendered(_build(LAB, launch, UnitOptions(drain_timeout=0)), "Service")
     assert not [d for d in off if d[0] == "ExecStop"] and ["TimeoutStopSec", "60"] in off
     for bad, says in (({"drain_hook": "lb-ctl disable"}, "vllm_service_drain_hook must be"),
                       ({"ready_hook": "/bin/x\n/bin/y"}, "vllm_service_ready_hook must be"),
@@ -490,25 +518,22 @@ def test_a_failed_host_report_says_the_cause_the_rollback_and_who_switched() -> 
     import runpy
 
     plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
     )
     files, report = plugin["vllm_service_rollback_files"], plugin["vllm_service_failure_report"]
     unit = {"name": "qwen3-vl", "unit_path": "/etc/systemd/system/qwen3-vl.service",
             "launcher_path": "/usr/local/libexec/acceldeploy/qwen3-vl.launch"}  # fmt: skip
     new = {**unit, "name": "new"}
-    found = [{"vllm_service_unit": unit, "stat": {"exists": True}},
-             {"vllm_service_unit": new, "stat": {"exists": False}}]  # fmt: skip
-    assert files(found) == [{"path": unit["unit_path"], "mode": "0644"},
-                            {"path": unit["launcher_path"], "mode": "0755"}]  # fmt: skip
+    assert files([unit]) == [{"path": unit["unit_path"], "mode": "0644"},
+                             {"path": unit["launcher_path"], "mode": "0755"}]  # fmt: skip
     failure = {"cause": "qwen3-vl did not become ready on lab2", "journal": ["a", "OSError: x"]}
-    text = report("lab2", failure, [{"vllm_service_unit": unit, "status": 200}],
-                  [{"vllm_service_rollback_name": "new"}], ["lab1", "lab2"], True)  # fmt: skip
+    text = report("lab2", failure, {"qwen3-vl": 200}, ["new"], ["lab1", "lab2"], True)
     assert text.startswith("qwen3-vl did not become ready on lab2. The rollout stops here")
     assert "Rolled back on lab2: qwen3-vl serve again" in text
     assert "Stopped on lab2 (new in this run, no last good set): new." in text
     assert "serving the new units: lab1 (left as they are; -e acceldeploy_rollback_all" in text
     assert text.endswith("Journal: a | OSError: x")
-    down = report("lab2", failure, [{"vllm_service_unit": unit, "status": -1}], [], [], True)
+    down = report("lab2", failure, {"qwen3-vl": -1}, [], [], True)
     assert "ROLLBACK FAILED on lab2: qwen3-vl" in down and "serving the new units" not in down
     # acceldeploy_rollback_all: the switched hosts' services, put back, serving or not
     switched = plugin["vllm_service_switched_services"](
@@ -520,28 +545,27 @@ def test_a_failed_host_report_says_the_cause_the_rollback_and_who_switched() -> 
                          "unit_file": "qwen3-vl.service", "launcher_path": unit["launcher_path"],
                          "launcher_file": "qwen3-vl.launch",
                          "health_url": "http://127.0.0.1:8001/health"}]  # fmt: skip
-    back = [{"item": switched[0], "stdout": "restored"},
-            {"item": {**switched[0], "host": "lab0"}, "stdout": "restored"},
-            {"item": {**switched[0], "host": "lab3"}, "stdout": "stopped"}]  # fmt: skip
-    health = [{"item": back[0], "status": 200}, {"item": back[1], "status": -1}]
-    text = report("lab2", failure, [], [], ["lab1", "lab0", "lab3"], True, back, health)
+    # [switched service, what putting it back said, its /health status after]
+    back = [[switched[0], "restored", 200],
+            [{**switched[0], "host": "lab0"}, "restored", -1],
+            [{**switched[0], "host": "lab3"}, "stopped", 0]]  # fmt: skip
+    text = report("lab2", failure, {}, [], ["lab1", "lab0", "lab3"], True, back)
     assert ("Rolled back too (acceldeploy_rollback_all): lab1: qwen3-vl serves again on what "
             "this run replaced; ROLLBACK FAILED lab0: qwen3-vl") in text  # fmt: skip
     assert "lab3: qwen3-vl stopped (new in this run)." in text and "left as they are" not in text
-    # without acceldeploy_rollback_all the loop's items come back skipped: named, left as they are
-    skipped = [{"item": switched[0], "skipped": True}]
-    text = report("lab2", failure, [], [], ["lab1"], True, skipped, [])
+    # without acceldeploy_rollback_all nothing was put back: named, left as they are
+    text = report("lab2", failure, {}, [], ["lab1"], True, [])
     assert "Rolled back too" not in text and "lab1 (left as they are" in text
 
-    assert "lab2 was not rolled back" in report("lab2", failure, [], [], [], False)
-    assert "nothing was rolled back" in report("lab2", failure, [], [], [], True)
+    assert "lab2 was not rolled back" in report("lab2", failure, {}, [], [], False)
+    assert "nothing was rolled back" in report("lab2", failure, {}, [], [], True)
 
 
 def test_model_prune_spec_covers_the_revisions_of_the_served_models() -> None:
     import runpy
 
     plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "filter_plugins/vllm_service_filters.py")
+        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
     )
     units = [{"launch": {"model_path": "/models/Qwen/VL@r2"}},
              {"launch": {"model_path": "/models/Qwen/VL@r1"}},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "filter_plugins"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "filter"))
 
 from runtime_filters import python_env_wheel_errors
 

@@ -3,7 +3,7 @@
 ``model_specs`` checks one host's services (through acceldeploy.modelref, the one parser of
 a service's model keys) and ``fanout`` decides, for every host of the play, what it downloads
 from the hub, what it pulls from a seed host and what it only verifies; bad input fails here,
-naming the variable, before any host changes. filter_plugins/model_weights_filters.py is the
+naming the variable, before any host changes. plugins/filter/model_weights_filters.py is the
 Ansible side of this module.
 
 The hosts' side (plan, download, verify, publish, seed server) is the ``acceldeploy.fetch``

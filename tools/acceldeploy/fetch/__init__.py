@@ -1,12 +1,13 @@
 """Model weights on a host: plan, download, verify, publish atomically, fan out from a seed.
 
-This package runs on the hosts. It is never copied there as files: ansible.cfg's
-``module_utils = tools`` makes it ``ansible.module_utils.acceldeploy.fetch``, and Ansible zips
-the modules library/model_weights_fetch.py imports (and what they import, relatively) into the
-module's payload. So every file here imports only the standard library and its siblings
-(relative imports; ``..errors`` and ``..modelref`` above), imports huggingface_hub and
-modelscope lazily where it uses them (the fetch venv has them), and keeps to Python 3.9
-(fetch/ruff.toml). The controller imports the same files as ``acceldeploy.fetch``.
+This package runs on the hosts. It is never copied there as files: Ansible zips what the module
+plugins/modules/model_weights_fetch.py imports of it (and what that imports, relatively) into
+the module's payload, as module_utils: ``ansible.module_utils.acceldeploy.fetch`` in a checkout
+(ansible.cfg's ``module_utils = tools``), the collection's plugins/module_utils/acceldeploy
+when installed (docs/developers/collection.md). So every file here imports only the standard
+library and its siblings (relative imports; ``..errors`` and ``..modelref`` above), imports
+huggingface_hub and modelscope lazily where it uses them (the fetch venv has them), and keeps
+to Python 3.9 (fetch/ruff.toml). The controller imports the same files as ``acceldeploy.fetch``.
 
 On a host, for a models root R and a model ``org/name`` at revision ``rev``:
 

@@ -1,8 +1,8 @@
 """Kernel command-line arguments: parse, compare with /proc/cmdline, and plan the GRUB change.
 
-Everything here is pure: the role probes the host (roles/host_tuning/library/
-host_tuning_probe.py), passes what it saw through filter_plugins/host_tuning_filters.py,
-and only prints what comes back. Two families are handled:
+Everything here is pure: the role probes the host (plugins/modules/host_tuning_probe.py),
+passes what it saw through plugins/filter/host_tuning_filters.py, and only prints what comes
+back. Two families are handled:
 
 - Debian / Ubuntu: a drop-in ``/etc/default/grub.d/<name>.cfg`` appending to
   ``GRUB_CMDLINE_LINUX_DEFAULT``, then ``update-grub`` (``/boot/grub/grub.cfg`` for BIOS and

@@ -1,5 +1,5 @@
 """Plan one host from the checked settings, a few Ansible facts and what the read-only probe
-(roles/host_tuning/library/host_tuning_probe.py) saw: what the role sets, what it can apply
+(plugins/modules/host_tuning_probe.py) saw: what the role sets, what it can apply
 live, and what it must leave for the next boot. One function per concern; plan() joins them.
 """
 

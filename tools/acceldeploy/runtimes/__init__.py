@@ -3,7 +3,7 @@
 Everything the roles ascend_runtime, gaudi_runtime and python_env decide is here, typed and
 unit-tested against recorded real tool output (tests/data/recorded); Ansible only collects
 raw text on the hosts (the roles' probe modules) and calls these functions through
-filter_plugins/runtime_filters.py. Templates and tasks only print what comes back.
+plugins/filter/runtime_filters.py. Templates and tasks only print what comes back.
 
 - ``acceldeploy.planner.stacks``: the pinned stack of each platform (versions/stacks.yml).
 - ``versions``: version ordering and the ``key=value`` version files.

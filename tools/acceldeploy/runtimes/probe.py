@@ -1,8 +1,8 @@
 """What the runtime gates share: the verdict they build and reading the probe.
 
-A probe is what a role's probe module (library/acceldeploy_probe.py) read on a host: ``files``
-(name -> {path, exists, content}), ``commands`` (name -> {found, rc, stdout, stderr}),
-``paths`` (path -> {exists, chr}) and ``groups`` (name -> exists).
+A probe is what a role's probe module (plugins/modules/acceldeploy_probe.py) read on a host:
+``files`` (name -> {path, exists, content}), ``commands`` (name -> {found, rc, stdout,
+stderr}), ``paths`` (path -> {exists, chr}) and ``groups`` (name -> exists).
 """
 
 from __future__ import annotations

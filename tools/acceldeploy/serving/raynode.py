@@ -28,6 +28,7 @@ from acceldeploy.serving.unit import (
 )
 
 RAY_TEMP = "ray"  # under the service's state directory: short enough for Ray's socket paths
+TEMPLATE = "ray-node.service.j2"  # beside vllm.service.j2 (unit.TEMPLATES)
 
 
 def ray_temp_dir(service_name: str) -> str:
@@ -82,36 +83,20 @@ def build_node(
                                              platform.container_run_args)  # fmt: skip
     groups = opts.groups if opts.groups is not None else platform.groups
     role = "head" if where.is_head else "worker"
-    service_directives: list[tuple[str, str]] = [
-        ("Type", "exec"), ("User", opts.user), ("Group", opts.user),
-        *((("SupplementaryGroups", " ".join(groups)),) if groups else ()),
-        *(("Environment", env_value(k, v)) for k, v in env.items()),
-        ("WorkingDirectory", state),
-        ("StateDirectory", state.removeprefix("/var/lib/")),
-        ("CacheDirectory", cache.removeprefix("/var/cache/")),
-        ("ExecStart", f"{opts.launcher_dir}/{name}.launch"),
-        # every process the node started (GCS, raylet, the workers vLLM placed here) goes
-        ("KillMode", "control-group"),
-        ("TimeoutStopSec", "60"),
-        ("Restart", "always"),
-        ("RestartSec", str(opts.restart_sec)),
-        ("LimitNOFILE", "65536"),
-        ("LimitMEMLOCK", "infinity"),
-    ]  # fmt: skip
-    sections = [
-        {"name": "Unit", "directives": [
-            ["Description", f"Ray {role} node of {service.name} ({where.ip}, cluster "
-                            f"{where.head_address})"],
-            ["After", "network-online.target"],
-            ["Wants", "network-online.target"],
-            # a worker retries until its head is up: no start limit
-            ["StartLimitIntervalSec", "0"],
-        ]},
-        {"name": "Service", "directives": [
-            list(d) for d in [*service_directives, *hardening(launch, platform.container)]
-        ]},
-        {"name": "Install", "directives": [["WantedBy", "multi-user.target"]]},
-    ]  # fmt: skip
+    # The values of ray-node.service.j2's directives (roles/vllm_service/templates/).
+    directives = {
+        "description": f"Ray {role} node of {service.name} ({where.ip}, cluster "
+                       f"{where.head_address})",
+        "user": opts.user,
+        "supplementary_groups": " ".join(groups),
+        "environment": [env_value(k, v) for k, v in env.items()],
+        "working_directory": state,
+        "state_directory": state.removeprefix("/var/lib/"),
+        "cache_directory": cache.removeprefix("/var/cache/"),
+        "exec_start": f"{opts.launcher_dir}/{name}.launch",
+        "restart_sec": opts.restart_sec,
+        **hardening(launch, platform.container),
+    }  # fmt: skip
     return ServiceUnit(
         name=name,
         platform=platform.name,
@@ -127,7 +112,8 @@ def build_node(
         groups=list(groups),
         exec_argv=exec_argv,
         env_scripts=list(platform.env_scripts),
-        sections=sections,
+        template=TEMPLATE,
+        directives=directives,
         start_timeout=0,
         health_url="",
         base_url="",

@@ -1,11 +1,12 @@
-"""The systemd unit and launcher of a service: the one place that decides their directives.
+"""The systemd unit and launcher of a service: the one place that decides their values.
 
 `build(launch, platform, options)` turns a rendered Launch (render.py) into a ServiceUnit:
-the unit's sections and directives, the launcher (sources the platform's env scripts, then
+the values of the unit's directives, the launcher (sources the platform's env scripts, then
 `exec`s vLLM, or on Gaudi `docker run`s the Habana container around the same argv), the
 secrets file, the readiness URLs and the command that checks the argv with the pinned vLLM's
-own parser. The templates in templates/ only print it; Ansible (roles/vllm_service) and
-`plan.py render --unit` use the same templates through `render_files`.
+own parser. The role's templates (roles/vllm_service/templates/) read like the files they
+write: each section and directive by name, the values from here. Ansible (roles/vllm_service)
+and `plan.py render --unit` render the same templates (`render_files`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from acceldeploy.planner.platforms import Platform
 from acceldeploy.serving import gaudi_launch, render
 from acceldeploy.serving.render import Launch
 
-TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
+# The vllm_service role's own templates: the role renders them on the controller, and
+# `plan.py render --unit` here, the same files.
+TEMPLATES = Path(__file__).resolve().parents[3] / "roles" / "vllm_service" / "templates"
 UNIT_TEMPLATE = "vllm.service.j2"
 LAUNCHER_TEMPLATE = "vllm-launcher.sh.j2"
 HEADER = "Managed by acceldeploy (roles/vllm_service); `tools/plan.py render --unit` prints it"
@@ -131,7 +134,8 @@ class ServiceUnit:
     groups: list[str]
     exec_argv: list[str]  # what the launcher execs
     env_scripts: list[str]
-    sections: list[dict[str, Any]]
+    template: str  # the unit's template (roles/vllm_service/templates/)
+    directives: dict[str, Any]  # the values the template prints
     start_timeout: int
     health_url: str
     base_url: str
@@ -277,76 +281,49 @@ def _exec_argv(
     )
 
 
-def _unit_directives(launch: Launch, place: _Place, opts: UnitOptions) -> list[tuple[str, str]]:
-    # A multi-node service's head: its Ray node first; a restart of that restarts vLLM too.
-    ray = [("After", f"{launch.ray_unit}.service"), ("Requires", f"{launch.ray_unit}.service")]
-    return [
-        ("Description", f"vLLM {launch.name}: {launch.model_path} ({launch.platform}) on "
-                        f"{launch.host}:{launch.port}"),
-        ("After", "network-online.target"),
-        ("Wants", "network-online.target"),
-        *(ray if launch.ray_unit else []),
-        # N failed starts inside N x (start timeout + restart delay) stop the retries.
-        ("StartLimitIntervalSec", str(opts.start_limit_burst * (place.timeout + opts.restart_sec))),
-        ("StartLimitBurst", str(opts.start_limit_burst)),
-    ]  # fmt: skip
-
-
-def _service_directives(
+def _directives(
     launch: Launch,
     platform: Platform,
     place: _Place,
     env: dict[str, str],
     opts: UnitOptions,
-) -> list[tuple[str, str]]:
+) -> dict[str, Any]:
+    """The values of the unit's directives (vllm.service.j2 names each directive): a list for
+    a directive given several times, "" or [] for one the unit leaves out."""
     docker_rm = f"-/usr/bin/docker rm -f acceldeploy-{launch.name}"
-    out: list[tuple[str, str]] = [("Type", "exec"), ("User", opts.user), ("Group", opts.user)]
-    if place.groups:
-        out.append(("SupplementaryGroups", " ".join(place.groups)))
-    out += [("Environment", env_value(k, v)) for k, v in env.items()]
-    if place.secret_path:
-        out.append(("EnvironmentFile", place.secret_path))
-    out += [
-        ("WorkingDirectory", place.state_dir),
-        ("StateDirectory", place.state_dir.removeprefix("/var/lib/")),
-        ("CacheDirectory", place.cache_dir.removeprefix("/var/cache/")),
-    ]
-    if platform.container:
-        out.append(("ExecStartPre", docker_rm))
+    start_pre = [docker_rm] if platform.container else []
     if launch.ray_unit:
         image = opts.gaudi_image or platform.image
-        out.append(("ExecStartPre", shlex.join(ray_wait_argv(launch, platform, place, image))))
-    out += [
-        ("ExecStart", place.launcher_path),
-        # vLLM opens its port before the engine is ready: the start job (and so
-        # `systemctl start`) completes only once /health answers 200.
-        ("ExecStartPost", f"{READY_PYTHON} {place.ready_path} {place.base_url}/health "
-                          f"{place.timeout}"),
-    ]  # fmt: skip
-    # '-+': as root, and a failing hook does not fail the start or the stop
-    if opts.ready_hook:
-        out.append(("ExecStartPost", f"-+{opts.ready_hook}"))
-    if opts.drain_hook:
-        out.append(("ExecStop", f"-+{opts.drain_hook}"))
-    if opts.drain_timeout:
-        out.append(("ExecStop", f"{READY_PYTHON} {place.drain_path} {place.base_url} "
-                                f"{opts.drain_timeout}"))  # fmt: skip
-    if platform.container:
-        out.append(("ExecStopPost", docker_rm))
-    out += [
-        ("TimeoutStartSec", str(place.timeout)),
-        ("TimeoutStopSec", str(60 + opts.drain_timeout)),
-        ("KillMode", "mixed"),
-        # vLLM exits 0 when its engine core dies (killed by the OOM killer, say)
-        ("Restart", "always"),
-        ("RestartSec", str(opts.restart_sec)),
-        ("LimitNOFILE", "65536"),
-        ("LimitMEMLOCK", "infinity"),
-    ]
-    numa = _numa(launch, opts.topology)
-    if numa and not platform.container:
-        out += [("CPUAffinity", numa[0]), ("NUMAPolicy", "preferred"), ("NUMAMask", str(numa[1]))]
-    return out + hardening(launch, platform.container)
+        start_pre.append(shlex.join(ray_wait_argv(launch, platform, place, image)))
+    ready = f"{READY_PYTHON} {place.ready_path} {place.base_url}/health {place.timeout}"
+    drain = f"{READY_PYTHON} {place.drain_path} {place.base_url} {opts.drain_timeout}"
+    numa = None if platform.container else _numa(launch, opts.topology)
+    return {
+        "description": f"vLLM {launch.name}: {launch.model_path} ({launch.platform}) on "
+                       f"{launch.host}:{launch.port}",
+        "ray_unit": f"{launch.ray_unit}.service" if launch.ray_unit else "",
+        "start_limit_interval_sec": opts.start_limit_burst * (place.timeout + opts.restart_sec),
+        "start_limit_burst": opts.start_limit_burst,
+        "user": opts.user,
+        "supplementary_groups": " ".join(place.groups),
+        "environment": [env_value(k, v) for k, v in env.items()],
+        "environment_file": place.secret_path or "",
+        "working_directory": place.state_dir,
+        "state_directory": place.state_dir.removeprefix("/var/lib/"),
+        "cache_directory": place.cache_dir.removeprefix("/var/cache/"),
+        "exec_start_pre": start_pre,
+        "exec_start": place.launcher_path,
+        "exec_start_post": [ready, *([f"-+{opts.ready_hook}"] if opts.ready_hook else [])],
+        "exec_stop": [*([f"-+{opts.drain_hook}"] if opts.drain_hook else []),
+                      *([drain] if opts.drain_timeout else [])],
+        "exec_stop_post": [docker_rm] if platform.container else [],
+        "timeout_start_sec": place.timeout,
+        "timeout_stop_sec": 60 + opts.drain_timeout,
+        "restart_sec": opts.restart_sec,
+        "cpu_affinity": numa[0] if numa else "",
+        "numa_mask": numa[1] if numa else "",
+        **hardening(launch, platform.container),
+    }  # fmt: skip
 
 
 def build(
@@ -361,16 +338,6 @@ def build(
             f"service {launch.name}: env PYTHONOPTIMIZE is refused (vLLM relies on assert "
             "statements); drop it"
         )
-    sections = [
-        {"name": "Unit", "directives": [list(d) for d in _unit_directives(launch, place, opts)]},
-        {
-            "name": "Service",
-            "directives": [
-                list(d) for d in _service_directives(launch, platform, place, env, opts)
-            ],
-        },
-        {"name": "Install", "directives": [["WantedBy", "multi-user.target"]]},
-    ]
     check = None if platform.container else argcheck_command(launch.argv, launch.env_scripts)
     return ServiceUnit(
         name=launch.name,
@@ -387,7 +354,8 @@ def build(
         groups=list(place.groups),
         exec_argv=_exec_argv(launch, platform, place, models_root, opts),
         env_scripts=list(launch.env_scripts),
-        sections=sections,
+        template=UNIT_TEMPLATE,
+        directives=_directives(launch, platform, place, env, opts),
         start_timeout=place.timeout,
         health_url=f"{place.base_url}/health",
         base_url=place.base_url,
@@ -397,45 +365,15 @@ def build(
     )
 
 
-def hardening(launch: Launch, container: bool) -> list[tuple[str, str]]:
-    """Sandboxing that keeps the accelerator: DeviceAllow for the platform's nodes under a
-    closed device policy, never PrivateDevices (it would hide /dev/davinci* and /dev/accel*).
-    No MemoryDenyWriteExecute: oneDNN, Triton and the NPU/HPU graph compilers map W+X code."""
-    out: list[tuple[str, str]] = [("DevicePolicy", "closed")]
-    if not container:
-        out += [("DeviceAllow", f"{path} rw") for path in launch.device_paths]
-    out += [
-        ("NoNewPrivileges", "yes"),
-        ("CapabilityBoundingSet", ""),
-        ("AmbientCapabilities", ""),
-        ("ProtectSystem", "strict"),
-        ("ProtectHome", "yes"),
-        ("PrivateTmp", "yes"),
-        ("ProtectKernelTunables", "yes"),
-        ("ProtectKernelModules", "yes"),
-        ("ProtectKernelLogs", "yes"),
-        ("ProtectControlGroups", "yes"),
-        ("ProtectClock", "yes"),
-        ("ProtectHostname", "yes"),
-        ("ProtectProc", "invisible"),
-        ("RestrictNamespaces", "yes"),
-        ("RestrictRealtime", "yes"),
-        ("RestrictSUIDSGID", "yes"),
-        ("LockPersonality", "yes"),
-        ("RemoveIPC", "yes"),
-        ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK"),
-        ("SystemCallArchitectures", "native"),
-        ("SystemCallFilter", "@system-service"),
-        # Not ~@resources: libzmq (vLLM's engine IPC) aborts when it cannot set its
-        # threads' scheduling parameters.
-        ("SystemCallFilter", "~@privileged @obsolete"),
-        ("SystemCallErrorNumber", "EPERM"),
-        ("UMask", "0027"),
-    ]
-    if launch.host in ("127.0.0.1", "::1", "localhost") and not container and not launch.nodes:
-        # Loopback-only service on one host: no traffic beyond this host at all.
-        out += [("IPAddressDeny", "any"), ("IPAddressAllow", "localhost")]
-    return out
+def hardening(launch: Launch, container: bool) -> dict[str, Any]:
+    """What the sandbox of a unit (the templates' fixed hardening directives) depends on: the
+    platform's device nodes for DeviceAllow= (none in a container, whose runtime holds them),
+    and whether the service serves on loopback only (then IPAddressDeny=any)."""
+    loopback = launch.host in ("127.0.0.1", "::1", "localhost")
+    return {
+        "device_allow": [] if container else list(launch.device_paths),
+        "loopback_only": loopback and not container and not launch.nodes,
+    }
 
 
 def launcher_context(unit: ServiceUnit) -> dict[str, Any]:
@@ -471,10 +409,10 @@ def _jinja_env() -> Any:
 
 
 def render_files(unit: ServiceUnit) -> dict[str, str]:
-    """{path on the host: text} of the unit and the launcher, through templates/."""
+    """{path on the host: text} of the unit and the launcher, through the role's templates."""
     env = _jinja_env()
     context = {"vllm_service_unit": unit.to_dict()}
     return {
-        unit.unit_path: env.get_template(UNIT_TEMPLATE).render(context),
+        unit.unit_path: env.get_template(unit.template).render(context),
         unit.launcher_path: env.get_template(LAUNCHER_TEMPLATE).render(context),
     }

@@ -25,7 +25,7 @@ RECORD_FORMAT = 1
 RECORD_DIR = "/var/lib/acceldeploy/state"
 MAX_REASONS = 10
 # acceldeploy's code that decides what a role does; the lab's tooling is not deployed logic.
-CODE_DIRS = ("tools/acceldeploy", "filter_plugins", "library", "playbooks", "versions")
+CODE_DIRS = ("tools/acceldeploy", "plugins", "playbooks", "versions")
 CODE_SKIP = {"tools/acceldeploy": {"lab"}}
 
 

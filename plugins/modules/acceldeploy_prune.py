@@ -14,7 +14,7 @@ short_description: Remove old builds or model revisions that nothing uses, beyon
 description:
   - Finds the directories I(patterns) match. Keeps the I(current) ones (and any directory
     holding one), every one a running process's command line or one of the I(in_use_files)
-    names, and the I(keep) newest complete others (complete: I(marker) exists inside, or
+    names, and the I(keep) newest complete others (complete when I(marker) exists inside, or
     always without a marker). Removes the rest.
   - In check mode nothing is removed; C(removed) says what would be, and C(changed) is true
     when anything would.
@@ -48,7 +48,7 @@ author:
 
 EXAMPLES = r"""
 - name: Model revisions beyond the keep count that nothing serves from
-  acceldeploy_prune:
+  acceldeploy.fleet.acceldeploy_prune:
     patterns: [/models/Qwen/Qwen3-VL-8B-Instruct@*]
     current: [/models/Qwen/Qwen3-VL-8B-Instruct@0c351dd]
     keep: 1
@@ -76,7 +76,11 @@ kept:
 import os
 import shutil
 
-from ansible.module_utils.acceldeploy.state import prune
+# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
+try:
+    from ansible.module_utils.acceldeploy.state import prune
+except ImportError:
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.state import prune
 from ansible.module_utils.basic import AnsibleModule
 
 

@@ -120,7 +120,7 @@ author:
 
 EXAMPLES = r"""
 - name: Download, verify and publish this host's models
-  model_weights_fetch:
+  acceldeploy.fleet.model_weights_fetch:
     root: /models
     models: [{model: Qwen/Qwen3-VL-8B-Instruct, source: modelscope, revision: master}]
     endpoints: {modelscope: https://www.modelscope.cn}
@@ -148,12 +148,34 @@ results:
 from pathlib import Path
 from typing import Any
 
-from ansible.module_utils.acceldeploy.errors import AcceldeployError
-from ansible.module_utils.acceldeploy.fetch.common import Layout
-from ansible.module_utils.acceldeploy.fetch.plan import check_space
-from ansible.module_utils.acceldeploy.fetch.run import plan_host, request_from_params, run
-from ansible.module_utils.acceldeploy.fetch.seed import start_seed_server, stop_seed_server
 from ansible.module_utils.basic import AnsibleModule
+
+# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
+try:
+    from ansible.module_utils.acceldeploy.errors import AcceldeployError
+    from ansible.module_utils.acceldeploy.fetch.common import Layout
+    from ansible.module_utils.acceldeploy.fetch.plan import check_space
+    from ansible.module_utils.acceldeploy.fetch.run import plan_host, request_from_params, run
+    from ansible.module_utils.acceldeploy.fetch.seed import start_seed_server, stop_seed_server
+except ImportError:
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.errors import (
+        AcceldeployError,
+    )
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.common import (  # noqa: E501
+        Layout,
+    )
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.plan import (
+        check_space,
+    )
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.run import (
+        plan_host,
+        request_from_params,
+        run,
+    )
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.seed import (
+        start_seed_server,
+        stop_seed_server,
+    )
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "state": {

@@ -50,7 +50,7 @@ author:
 
 EXAMPLES = r"""
 - name: Probe the Ascend runtime
-  acceldeploy_probe:
+  acceldeploy.fleet.acceldeploy_probe:
     files:
       driver: /usr/local/Ascend/driver/version.info
       toolkit: [/usr/local/Ascend/ascend-toolkit/latest/*-linux/ascend_toolkit_install.info]

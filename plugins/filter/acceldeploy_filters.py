@@ -15,7 +15,9 @@ from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.serving import cluster, hostplan
 from acceldeploy.state import drift
 
-REPO = Path(hostplan.__file__).resolve().parents[3]
+# The collection's root (this repository, or where ansible-galaxy installed it): the roles,
+# plugins and playbooks whose digest is part of every no-op key.
+REPO = Path(__file__).resolve().parents[2]
 
 
 def acceldeploy_plan_var_names(_: Any = None) -> list[str]:
@@ -24,7 +26,7 @@ def acceldeploy_plan_var_names(_: Any = None) -> list[str]:
 
 
 def acceldeploy_host_units(plan_vars: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """{variable: value} of one host -> every service's unit (argv, env, sections, launcher,
+    """{variable: value} of one host -> every service's unit (argv, env, directives, launcher,
     paths, argcheck, URLs). Bad input fails naming the variable, before anything is written."""
     values = {k: v for k, v in plain(dict(plan_vars)).items() if v is not None}
     return [unit.to_dict() for unit in hostplan.plan_host(values)]
@@ -68,14 +70,6 @@ def acceldeploy_number_errors(values: Mapping[str, Any]) -> list[str]:
     return bounds.errors(plain(dict(values)))
 
 
-def acceldeploy_repo_path(relative: str) -> str:
-    """'templates' | acceldeploy_repo_path: a path inside this repository."""
-    path = (REPO / str(relative)).resolve()
-    if not path.is_relative_to(REPO) or not path.exists():
-        raise AcceldeployError(f"{relative} is not a path of the acceldeploy repository")
-    return str(path)
-
-
 def acceldeploy_unknown_variables(names: list[str]) -> list[str]:
     """Variable names -> a message for each of ours that no role declares (closest name)."""
     return varcheck.unknown_variables(names)
@@ -107,6 +101,8 @@ def acceldeploy_target(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]
 
 @cache
 def _code_digest() -> str:
+    if not (REPO / "roles").is_dir():  # a digest of nothing would never change
+        raise AcceldeployError(f"no roles/ in {REPO}: acceldeploy's code digest needs them")
     return drift.code_digest(str(REPO))
 
 
@@ -133,7 +129,6 @@ class FilterModule:
             acceldeploy_rollout,
             acceldeploy_bounded_names,
             acceldeploy_number_errors,
-            acceldeploy_repo_path,
             acceldeploy_unknown_variables,
             acceldeploy_type_errors,
             acceldeploy_variable_pattern,

@@ -19,7 +19,7 @@ description:
   - C(state=record) observes I(files), I(trees) and I(units) and writes the record (0600,
     atomic). C(state=absent) removes it (a run that changes the host forgets the old record
     first, so a run that fails halfway never leaves one behind). Neither writes in check mode.
-  - Bookkeeping only: never reports changed.
+  - Bookkeeping only; it never reports changed.
 options:
   path:
     description: The record file.
@@ -59,9 +59,9 @@ author:
 
 EXAMPLES = r"""
 - name: Anything changed since the last converge?
-  acceldeploy_state:
+  acceldeploy.fleet.acceldeploy_state:
     path: /var/lib/acceldeploy/state/host_tuning.json
-    key: "{{ host_tuning_inputs | acceldeploy_state_key }}"
+    key: "{{ host_tuning_inputs | acceldeploy.fleet.acceldeploy_state_key }}"
   register: host_tuning_state
 """
 
@@ -83,7 +83,11 @@ written:
 
 import os
 
-from ansible.module_utils.acceldeploy.state import drift
+# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
+try:
+    from ansible.module_utils.acceldeploy.state import drift
+except ImportError:
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.state import drift
 from ansible.module_utils.basic import AnsibleModule
 
 

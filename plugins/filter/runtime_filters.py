@@ -106,8 +106,8 @@ def python_env_record_key(record_text: str) -> str:
 
 def python_env_wheel_fetch_argv(python: str, cache: str, controller_python: str) -> list[str]:
     """'3.13' | python_env_wheel_fetch_argv(cache, ansible_playbook_python): the command that
-    adds that CPython's wheels of the cpu stack's lock to ``<cache>/wheels`` (run with
-    PYTHONPATH=<repo>/tools)."""
+    adds that CPython's wheels of the cpu stack's lock to ``<cache>/wheels`` (the acceldeploy
+    package is importable there: Ansible's own Python imports it for these filters)."""
     return [
         str(controller_python),
         *("-m", "acceldeploy.downloads.wheelhouse", "fetch", "--cache", str(cache)),

@@ -52,13 +52,15 @@ def vllm_service_argcheck_digest(argcheck: list[str] | None, env_key: str = "") 
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def vllm_service_argcheck_passed(recorded: list[dict[str, Any]], env_key: str = "") -> list[str]:
-    """The services whose recorded digest (slurp results looped over the units) matches their
-    argv and env key now: their parser check already passed."""
+def vllm_service_argcheck_passed(
+    units: list[dict[str, Any]], recorded: dict[str, str], env_key: str = ""
+) -> list[str]:
+    """units | vllm_service_argcheck_passed({service: its recorded digest as slurp reads it,
+    base64, "" when none}, env key): the services whose argv and env key now are what their
+    recorded digest is of: their parser check already passed."""
     passed = []
-    for result in recorded:
-        unit = result.get("vllm_service_unit") or {}
-        content = result.get("content")
+    for unit in units:
+        content = recorded.get(str(unit["name"])) or ""
         if not content or not unit.get("argcheck"):
             continue
         digest = base64.b64decode(content).decode(errors="replace").strip()
@@ -91,15 +93,13 @@ def vllm_service_state_spec(
     return {"files": [str(f) for f in files], "units": [f"{u['name']}.service" for u in units]}
 
 
-def vllm_service_rollback_files(last_good: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The stat results of the last good units (looped over the units) -> the files to put
-    back: each such service's unit (0644) and launcher (0755)."""
+def vllm_service_rollback_files(restored: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The units that go back to their last good set -> the files to put back: each one's
+    unit (0644) and launcher (0755)."""
     files = []
-    for result in last_good:
-        unit = result.get("vllm_service_unit") or {}
-        if (result.get("stat") or {}).get("exists"):
-            files += [{"path": unit["unit_path"], "mode": "0644"},
-                      {"path": unit["launcher_path"], "mode": "0755"}]  # fmt: skip
+    for unit in restored:
+        files += [{"path": unit["unit_path"], "mode": "0644"},
+                  {"path": unit["launcher_path"], "mode": "0755"}]  # fmt: skip
     return files
 
 
@@ -125,15 +125,14 @@ def vllm_service_model_prune_spec(
     }
 
 
-def vllm_service_switch_lines(
-    units: list[dict[str, Any]], launchers: list[dict[str, Any]]
-) -> list[str]:
-    """The changed services' units and their launchers as deployed (slurp results) -> what
-    each would switch (check mode): env build, model revision, image, flags."""
+def vllm_service_switch_lines(units: list[dict[str, Any]], launchers: dict[str, str]) -> list[str]:
+    """The changed services' units and {service: its launcher as deployed, as slurp reads it,
+    base64, "" when none} -> what each would switch (check mode): env build, model revision,
+    image, flags."""
     deployed = {
-        r["vllm_service_unit"]["name"]: base64.b64decode(r["content"]).decode(errors="replace")
-        for r in launchers
-        if r.get("content")
+        str(name): base64.b64decode(content).decode(errors="replace")
+        for name, content in launchers.items()
+        if content
     }
     return [switch.switch_line(u["name"], deployed.get(u["name"]), u["exec_argv"]) for u in units]
 
@@ -162,42 +161,41 @@ def vllm_service_switched_services(switched: list[Any], failed_host: str) -> lis
     return found
 
 
-def switched_back_line(results: list[dict[str, Any]], health: list[dict[str, Any]]) -> str:
-    """acceldeploy_rollback_all's part of the report: per host, the services serving again on
-    what this run replaced, the ones that do not, and the new ones stopped."""
-    serving = {(r["item"]["item"]["host"], r["item"]["item"]["name"])
-               for r in health if r.get("status") == 200}  # fmt: skip
+def switched_back_line(others: list[Any]) -> str:
+    """acceldeploy_rollback_all's part of the report, from [switched service, what putting it
+    back said, its /health status after]: per host, the services serving again on what this
+    run replaced, the ones that do not, and the new ones stopped."""
     parts = []
-    for r in results:
-        item, said = r["item"], str(r.get("stdout") or "")
-        where = f"{item['host']}: {item['name']}"
-        if "stopped" in said:
+    for service, said, status in others:
+        where = f"{service['host']}: {service['name']}"
+        if "stopped" in str(said or ""):
             parts.append(f"{where} stopped (new in this run)")
-        elif (item["host"], item["name"]) in serving:
+        elif status == 200:
             parts.append(f"{where} serves again on what this run replaced")
         else:
-            parts.append(f"ROLLBACK FAILED {where} (see `journalctl -u {item['name']}` there)")
+            parts.append(f"ROLLBACK FAILED {where} (see `journalctl -u {service['name']}` there)")
     return "Rolled back too (acceldeploy_rollback_all): " + "; ".join(parts) + "."
 
 
 def vllm_service_failure_report(
     host: str,
     failure: dict[str, Any],
-    health: list[dict[str, Any]],
-    stopped: list[dict[str, Any]],
+    health: dict[str, Any],
+    stopped: list[str],
     switched: list[str],
     rollback: bool,
-    others_back: list[dict[str, Any]] | None = None,
-    others_health: list[dict[str, Any]] | None = None,
+    others: list[Any] | None = None,
 ) -> str:
     """Why the rollout stopped on this host and what the rollback did: the cause, the journal
-    lines that show it, the services back on their last good set (serving again or not), the
-    new ones stopped, and the hosts an earlier batch already switched."""
+    lines that show it, the services back on their last good set ({service: its /health
+    status after}: serving again or not), the new ones stopped (their names), the hosts an
+    earlier batch already switched and, with acceldeploy_rollback_all, what putting those back
+    did ([switched service, what it said, its /health status])."""
     lines = [f"{failure.get('cause', 'failed')}. The rollout stops here; hosts after "
              f"{host} are untouched."]  # fmt: skip
-    back = [r["vllm_service_unit"]["name"] for r in health if r.get("status") == 200]
-    down = [r["vllm_service_unit"]["name"] for r in health if r.get("status") != 200]
-    new = [str(r["vllm_service_rollback_name"]) for r in stopped]
+    back = [str(name) for name, status in health.items() if status == 200]
+    down = [str(name) for name, status in health.items() if status != 200]
+    new = [str(name) for name in stopped]
     if not rollback:
         lines.append(f"{host} was not rolled back (vllm_service_rollback: false); the last "
                      "good units and launchers are in vllm_service_last_good_dir.")  # fmt: skip
@@ -214,14 +212,13 @@ def vllm_service_failure_report(
                          f"{', '.join(new)}.")  # fmt: skip
     else:
         lines.append(f"Nothing on {host} was changed by this run, so nothing was rolled back.")
-    others = [h for h in switched if h != host]
-    put_back = [r for r in others_back or [] if not r.get("skipped")]  # without the option
-    if put_back:
-        lines.append(switched_back_line(put_back, others_health or []))
-    elif others:
+    others_hosts = [h for h in switched if h != host]
+    if others:
+        lines.append(switched_back_line(others))
+    elif others_hosts:
         lines.append(f"Already switched by this run and serving the new units: "
-                     f"{', '.join(others)} (left as they are; -e acceldeploy_rollback_all=true "
-                     "rolls them back too).")  # fmt: skip
+                     f"{', '.join(others_hosts)} (left as they are; "
+                     "-e acceldeploy_rollback_all=true rolls them back too).")  # fmt: skip
     journal = [str(line) for line in failure.get("journal") or []]
     if journal:
         lines.append("Journal: " + " | ".join(journal[-12:]))

@@ -16,7 +16,7 @@ description:
     files and boot entries, whether /proc/sys and /sys are mounted read-only, and whether
     some files and systemd units exist.
   - Never changes the host; safe in check mode. The role decides with the result through
-    filter_plugins/host_tuning_filters.py.
+    plugins/filter/host_tuning_filters.py.
 options:
   sysctls:
     description: sysctl keys to read (dotted, like vm.swappiness).
@@ -39,7 +39,7 @@ author:
 
 EXAMPLES = r"""
 - name: Probe the host
-  host_tuning_probe:
+  acceldeploy.fleet.host_tuning_probe:
     sysctls: [vm.nr_hugepages, kernel.numa_balancing]
     files: [/etc/default/grub.d/90-acceldeploy.cfg]
   register: host_tuning_probe

@@ -27,7 +27,7 @@ author:
 
 EXAMPLES = r"""
 - name: Performance governor, live
-  host_tuning_governor:
+  acceldeploy.fleet.host_tuning_governor:
     governor: performance
 """
 
