@@ -88,7 +88,7 @@ def test_the_tarball_holds_the_roles_and_plugins_and_no_local_state(built) -> No
     # the host-side code: a symlink inside the collection, kept as one
     utils = members["plugins/module_utils/acceldeploy"]
     assert utils.issym() and utils.linkname == "../../tools/acceldeploy"
-    assert "tools/acceldeploy/drift.py" in names and "tools/acceldeploy/fetch/run.py" in names
+    assert "tools/acceldeploy/state/drift.py" in names and "tools/acceldeploy/fetch/run.py" in names
     assert "roles/vllm_service/templates/vllm.service.j2" in names
     for kept_out in (".venv", ".git", ".ansible", ".lab", "site", "collections", "tests/lab",
                      "inventory/lab", "inventory/lab-cluster", "dist", "bench-results",
