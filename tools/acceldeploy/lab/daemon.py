@@ -80,7 +80,8 @@ def start(
                 f"{daemon.name} exited {proc.returncode} at start-up; see {daemon.log_file}:\n"
                 + tail(daemon.log_file)
             )
-        if ready():
+        # ready once the child runs argv (exec done: stop() finds it by its marker) and answers
+        if running_pid(daemon) == proc.pid and ready():
             return {
                 "pid": proc.pid,
                 "started": True,
