@@ -8,7 +8,6 @@ the Gaudi image and how its containers start). Every module takes its platform f
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,17 +53,6 @@ class Platform:
         pattern = self.device_node_pattern
         per_device = [pattern.format(index=d) for d in devices] if pattern else []
         return [*self.device_nodes, *per_device]
-
-    def serve_command(self, env_prefix: str | None) -> tuple[str, ...]:
-        """`vllm serve` from the env python_env built (its prefix), or the image's PATH."""
-        if self.container:
-            return ("vllm", "serve")
-        if not env_prefix:
-            raise AcceldeployError(
-                f"platform {self.name}: no Python environment path; set python_env_venv_path "
-                "or python_env_conda_root / python_env_conda_env_path"
-            )
-        return (posixpath.join(env_prefix, "bin", "vllm"), "serve")
 
 
 def platform_names() -> list[str]:

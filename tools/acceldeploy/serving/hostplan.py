@@ -1,7 +1,7 @@
 """One plan per host: inventory variables in, every service's unit out.
 
 `plan_host(hostvars)` is the one pipeline from a host's variables to its ServiceUnits:
-platform (profile + pinned stack) -> services -> launches (render.py, with the platform hook)
+platform (profile + pinned stack) -> services -> launches (render.py, with the launcher's hook)
 -> units (unit.py). Preflight, roles/vllm_service, tools/verify.py and `plan.py render` all
 call it, so all four show the same command. `PLAN_VARS` names every variable it reads: the
 roles gather exactly these (`query('ansible.builtin.vars', ...)`), the tools read them from the
@@ -20,8 +20,8 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.roledefaults import value
 from acceldeploy.planner.engineopts import engine_options
 from acceldeploy.planner.platforms import Platform, get_platform
-from acceldeploy.runtimes.python_env import built_prefix, env_prefix
 from acceldeploy.serving import cluster, raynode
+from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import HostContext, Launch, render_service
 from acceldeploy.serving.service import Service, check_engine_values, parse_services
 from acceldeploy.serving.unit import ServiceUnit, UnitOptions, build, var_name
@@ -104,9 +104,9 @@ def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
         cluster.check_node_env(service, platform)
     context = HostContext(
         models_root=str(_set(hostvars, "acceldeploy_models_root") or DEFAULT_MODELS_ROOT),
-        env_prefix=None
-        if platform.container
-        else built_prefix(env_prefix(inputs), _set(hostvars, "vllm_service_env_built")),
+        env_prefix=launcher_for(platform).env_prefix(
+            inputs, _set(hostvars, "vllm_service_env_built")
+        ),
         gaudi_shapes=dict(_set(hostvars, "vllm_service_gaudi_shapes") or {}),
         host=str(hostvars.get("inventory_hostname") or ""),
         node_ips=dict(_set(hostvars, NODE_IPS_VAR) or {}),

@@ -11,11 +11,11 @@ every node with the devices the layout needs (`ray-wait`, unit.py).
 from __future__ import annotations
 
 import dataclasses
-import posixpath
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
-from acceldeploy.serving import cluster, gaudi_launch, render
+from acceldeploy.serving import cluster, render
+from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import HostContext
 from acceldeploy.serving.service import Service
 from acceldeploy.serving.unit import (
@@ -23,7 +23,6 @@ from acceldeploy.serving.unit import (
     ServiceUnit,
     UnitOptions,
     env_value,
-    hardening,
     state_dir,
 )
 
@@ -36,10 +35,7 @@ def ray_temp_dir(service_name: str) -> str:
 
 
 def ray_command(platform: Platform, context: HostContext) -> str:
-    if platform.container:
-        return "ray"
-    prefix = platform.serve_command(context.env_prefix)[0]
-    return posixpath.join(posixpath.dirname(prefix), "ray")
+    return launcher_for(platform).ray_command(context.env_prefix)
 
 
 def ray_argv(service: Service, platform: Platform, context: HostContext) -> list[str]:
@@ -74,13 +70,8 @@ def build_node(
         served, name=name, argv=argv, env=env, secret_env=[], port=service.cluster_port,
         host=where.ip, max_model_len=0, kv={},
     )  # fmt: skip
-    exec_argv = argv
-    if platform.container:
-        mounts = [(context.models_root, context.models_root, False), (state, state, True),
-                  (cache, cache, True)]  # fmt: skip
-        exec_argv = gaudi_launch.docker_argv(name, opts.gaudi_image or platform.image,
-                                             sorted(env), mounts, argv,
-                                             platform.container_run_args)  # fmt: skip
+    launcher = launcher_for(platform)
+    exec_argv = launcher.ray_exec_argv(name, argv, env, opts, context.models_root, state, cache)
     groups = opts.groups if opts.groups is not None else platform.groups
     role = "head" if where.is_head else "worker"
     # The values of ray-node.service.j2's directives (roles/vllm_service/templates/).
@@ -95,7 +86,7 @@ def build_node(
         "cache_directory": cache.removeprefix("/var/cache/"),
         "exec_start": f"{opts.launcher_dir}/{name}.launch",
         "restart_sec": opts.restart_sec,
-        **hardening(launch, platform.container),
+        **launcher.hardening(launch),
     }  # fmt: skip
     return ServiceUnit(
         name=name,

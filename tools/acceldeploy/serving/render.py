@@ -1,7 +1,7 @@
 """Turn (service, platform, model geometry, planner) into the final vLLM argv and env.
 
-The platform hook (Gaudi's bucketing) works on the typed engine options before any argv
-string exists, so this argv is the one the unit runs. hostplan.py calls it for every
+The platform's launcher (launchers.py: Gaudi's bucketing) tunes the typed engine options before
+any argv string exists, so this argv is the one the unit runs. hostplan.py calls it for every
 service of a host; the unit and launcher templates only print what comes out.
 """
 
@@ -19,7 +19,8 @@ from acceldeploy.planner import engineopts
 from acceldeploy.planner.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
 from acceldeploy.planner.modelconfig import ModelArch, load_model_arch
 from acceldeploy.planner.platforms import Platform
-from acceldeploy.serving import cluster, gaudi_launch
+from acceldeploy.serving import cluster
+from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.service import Service
 
 AUTO_LEN_STEP = 1024
@@ -236,14 +237,13 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
     available = available_kv_bytes(service, platform, env)
     length = resolve_max_model_len(service, arch, layout, available)
     options = engine_options(service, platform, length)
-    if platform.container:
-        # Gaudi: bucketing sized for the service's shape; a value the service sets wins.
-        shape = gaudi_launch.shape_for(
-            service.name, length, options, context.gaudi_shapes.get(service.name), block
-        )
-        recipes = f"{cache_dir(service.name)}/hpu-recipes"
-        env = {**gaudi_launch.service_env(shape, service.devices, recipes), **env}
-        options.update(gaudi_launch.engine_options(options, shape))
+    launcher = launcher_for(platform)
+    defaults, tuned = launcher.tuning(
+        service, length, block, options, context.gaudi_shapes.get(service.name),
+        cache_dir(service.name),
+    )  # fmt: skip
+    env = {**defaults, **env}
+    options.update(tuned)
 
     path = model_path(context.models_root, service)
     kv = {
@@ -257,7 +257,7 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
     return Launch(
         name=service.name,
         model_path=path,
-        argv=[*platform.serve_command(context.env_prefix), path, *cli_args(options)],
+        argv=[*launcher.serve_command(context.env_prefix), path, *cli_args(options)],
         env=dict(sorted(env.items())),
         secret_env=[SECRET_ENV] if service.api_key else [],
         platform=platform.name,

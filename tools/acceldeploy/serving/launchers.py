@@ -1,0 +1,303 @@
+"""How a platform's services start: one launcher strategy per platform, chosen once.
+
+`launcher_for(platform)` picks it: `VenvLauncher` runs vLLM (and Ray) from the env python_env
+built on the host (Ascend, the CPU lab), `ContainerLauncher` `docker run`s them in the
+platform's image (Gaudi, with gaudi_launch.py's bucketing, container and NUMA pinning). Each
+owns what differs between the two: the serve and Ray commands, whether the host has an env
+prefix, the engine's platform tuning (render.py), what the launcher execs, the unit's extra
+ExecStartPre= / ExecStopPost=, ray-wait's interpreter, the NUMA pinning, the hardening and the
+argv check (hostplan.py, unit.py, raynode.py ask the launcher, never the platform's runtime).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner.platforms import Platform
+from acceldeploy.runtimes.python_env import built_prefix, env_prefix
+from acceldeploy.serving import gaudi_launch
+
+if TYPE_CHECKING:
+    from acceldeploy.serving.render import Launch
+    from acceldeploy.serving.service import Service
+    from acceldeploy.serving.unit import UnitOptions
+
+# Parsed by vLLM's own `vllm serve` parser and checks, in the host's environment.
+ARGCHECK = """\
+import json, sys
+from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(
+    json.loads(sys.argv[1]))
+validate_parsed_serve_args(args)
+print("vllm accepts the argv")
+"""
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[str] | None:
+    """`python -c ARGCHECK '<json args>'` with the interpreter beside the serve command's
+    `vllm`; None for commands that are not a host venv's `vllm serve`."""
+    head = argv[0] if argv else ""
+    base = posixpath.basename(head)
+    if not head.startswith("/") or base != "vllm" or len(argv) < 3 or argv[1] != "serve":
+        return None
+    python, tail = posixpath.join(posixpath.dirname(head), "python"), ["--model", *argv[2:]]
+    command = [python, "-c", ARGCHECK, json.dumps(tail)]
+    if env_scripts:
+        sources = " && ".join(f"source {shlex.quote(s)}" for s in env_scripts)
+        command = ["/bin/bash", "-c", f'set +u; {sources} && exec "$0" "$@"', *command]
+    return command
+
+
+def numa_binding(launch: Launch, topology: Sequence[Mapping[str, Any]]) -> tuple[str, int] | None:
+    """(cpus, node) when every device of the service is known and on one NUMA node."""
+    if not launch.devices or not topology:
+        return None
+    by_device = {int(t["device"]): t for t in topology if t.get("numa") is not None}
+    if not all(d in by_device for d in launch.devices):
+        return None
+    nodes = {int(by_device[d]["numa"]) for d in launch.devices}
+    if len(nodes) != 1:
+        return None
+    cpus: list[str] = []
+    for d in launch.devices:
+        for part in str(by_device[d].get("cpus") or "").split(","):
+            if part.strip() and part.strip() not in cpus:
+                cpus.append(part.strip())
+    if not cpus:
+        return None
+    return ",".join(cpus), nodes.pop()
+
+
+class Launcher(ABC):
+    """What differs between running vLLM from the host's env and from a container."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+
+    @abstractmethod
+    def env_prefix(self, inputs: Mapping[str, Any], built: Mapping[str, Any] | None) -> str | None:
+        """The host's serving env (python_env's inputs, its build fact), None without one."""
+
+    @abstractmethod
+    def serve_command(self, prefix: str | None) -> tuple[str, ...]:
+        """`vllm serve`, the head of the service's argv."""
+
+    def ray_command(self, prefix: str | None) -> str:
+        """`ray` of a multi-node service's node unit."""
+        return "ray"
+
+    def tuning(
+        self,
+        service: Service,
+        length: int,
+        block: int,
+        options: Mapping[str, Any],
+        shape: Mapping[str, Any] | None,
+        cache_dir: str,
+    ) -> tuple[dict[str, str], dict[str, Any]]:
+        """The platform's engine tuning: (env defaults the service's env overrides, engine
+        options added to the service's). None here."""
+        return {}, {}
+
+    @abstractmethod
+    def exec_argv(
+        self, launch: Launch, opts: UnitOptions, models_root: str, state: str, cache: str
+    ) -> list[str]:
+        """What the vLLM unit's launcher execs."""
+
+    @abstractmethod
+    def ray_exec_argv(
+        self,
+        name: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        opts: UnitOptions,
+        models_root: str,
+        state: str,
+        cache: str,
+    ) -> list[str]:
+        """What the Ray node unit's launcher execs."""
+
+    @abstractmethod
+    def ray_wait_prefix(
+        self, launch: Launch, opts: UnitOptions, helpers: str, state: str
+    ) -> list[str]:
+        """What runs ray-wait (the helper `helpers`/ray-wait, a Python script)."""
+
+    def cleanup(self, name: str) -> list[str]:
+        """The unit's ExecStartPre= / ExecStopPost= lines that clear a leftover run."""
+        return []
+
+    @abstractmethod
+    def unit_numa(
+        self, launch: Launch, topology: Sequence[Mapping[str, Any]]
+    ) -> tuple[str, int] | None:
+        """The unit's CPUAffinity= / NUMAMask= pinning, None for none."""
+
+    @abstractmethod
+    def hardening(self, launch: Launch) -> dict[str, Any]:
+        """What the sandbox of a unit (the templates' fixed hardening directives) depends
+        on: the device nodes for DeviceAllow= and whether the service serves on loopback only
+        (then IPAddressDeny=any)."""
+
+    @abstractmethod
+    def argcheck(self, launch: Launch) -> list[str] | None:
+        """The command that checks the argv with the pinned vLLM's parser, None where it
+        cannot run before the service starts."""
+
+
+class VenvLauncher(Launcher):
+    """vLLM from the env python_env built on the host (Ascend, the CPU lab)."""
+
+    def env_prefix(self, inputs: Mapping[str, Any], built: Mapping[str, Any] | None) -> str | None:
+        return built_prefix(env_prefix(inputs), built)
+
+    def serve_command(self, prefix: str | None) -> tuple[str, ...]:
+        """The env's `vllm serve` (its prefix)."""
+        if not prefix:
+            raise AcceldeployError(
+                f"platform {self.platform.name}: no Python environment path; set "
+                "python_env_venv_path or python_env_conda_root / python_env_conda_env_path"
+            )
+        return (posixpath.join(prefix, "bin", "vllm"), "serve")
+
+    def ray_command(self, prefix: str | None) -> str:
+        return posixpath.join(posixpath.dirname(self.serve_command(prefix)[0]), "ray")
+
+    def exec_argv(
+        self, launch: Launch, opts: UnitOptions, models_root: str, state: str, cache: str
+    ) -> list[str]:
+        return list(launch.argv)
+
+    def ray_exec_argv(
+        self,
+        name: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        opts: UnitOptions,
+        models_root: str,
+        state: str,
+        cache: str,
+    ) -> list[str]:
+        return argv
+
+    def ray_wait_prefix(
+        self, launch: Launch, opts: UnitOptions, helpers: str, state: str
+    ) -> list[str]:
+        return [posixpath.join(posixpath.dirname(launch.argv[0]), "python")]
+
+    def unit_numa(
+        self, launch: Launch, topology: Sequence[Mapping[str, Any]]
+    ) -> tuple[str, int] | None:
+        return numa_binding(launch, topology)
+
+    def hardening(self, launch: Launch) -> dict[str, Any]:
+        return {
+            "device_allow": list(launch.device_paths),
+            "loopback_only": launch.host in LOOPBACK and not launch.nodes,
+        }
+
+    def argcheck(self, launch: Launch) -> list[str] | None:
+        return argcheck_command(launch.argv, launch.env_scripts)
+
+
+class ContainerLauncher(Launcher):
+    """vLLM (and Ray) in the platform's image under `docker run` (Gaudi): the container
+    holds the devices and its own network view, gaudi_launch.py the Gaudi specifics."""
+
+    def image(self, opts: UnitOptions) -> str:
+        return opts.gaudi_image or self.platform.image
+
+    def env_prefix(self, inputs: Mapping[str, Any], built: Mapping[str, Any] | None) -> str | None:
+        return None  # the image holds vLLM
+
+    def serve_command(self, prefix: str | None) -> tuple[str, ...]:
+        """The image's `vllm serve` (its PATH)."""
+        return ("vllm", "serve")
+
+    def tuning(
+        self,
+        service: Service,
+        length: int,
+        block: int,
+        options: Mapping[str, Any],
+        shape: Mapping[str, Any] | None,
+        cache_dir: str,
+    ) -> tuple[dict[str, str], dict[str, Any]]:
+        """Gaudi's bucketing, sized for the service's shape; a value the service sets wins."""
+        sized = gaudi_launch.shape_for(service.name, length, options, shape, block)
+        recipes = f"{cache_dir}/hpu-recipes"
+        return (
+            gaudi_launch.service_env(sized, service.devices, recipes),
+            gaudi_launch.engine_options(options, sized),
+        )
+
+    def exec_argv(
+        self, launch: Launch, opts: UnitOptions, models_root: str, state: str, cache: str
+    ) -> list[str]:
+        """`docker run` around vLLM's argv, pinned to the devices' NUMA node."""
+        recipes = f"{cache}/hpu-recipes"
+        mounts = [(models_root, models_root, False), (recipes, recipes, True)]
+        if launch.ray_unit:  # the driver reaches its node's Ray through the session directory
+            mounts.append((state, state, True))
+        return gaudi_launch.docker_argv(
+            launch.name,
+            self.image(opts),
+            [*sorted(launch.env), *launch.secret_env],
+            mounts,
+            launch.argv,
+            self.platform.container_run_args,
+            numa_binding(launch, opts.topology),
+        )
+
+    def ray_exec_argv(
+        self,
+        name: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        opts: UnitOptions,
+        models_root: str,
+        state: str,
+        cache: str,
+    ) -> list[str]:
+        mounts = [(models_root, models_root, False), (state, state, True), (cache, cache, True)]
+        return gaudi_launch.docker_argv(
+            name, self.image(opts), sorted(env), mounts, argv, self.platform.container_run_args
+        )
+
+    def ray_wait_prefix(
+        self, launch: Launch, opts: UnitOptions, helpers: str, state: str
+    ) -> list[str]:
+        return ["/usr/bin/docker", "run", "--rm", "--net=host", "-v", f"{helpers}:{helpers}:ro",
+                "-v", f"{state}:{state}:rw", self.image(opts), "python3"]  # fmt: skip
+
+    def cleanup(self, name: str) -> list[str]:
+        return [f"-/usr/bin/docker rm -f acceldeploy-{name}"]
+
+    def unit_numa(
+        self, launch: Launch, topology: Sequence[Mapping[str, Any]]
+    ) -> tuple[str, int] | None:
+        return None  # docker run's --cpuset-cpus / --cpuset-mems pin it (exec_argv)
+
+    def hardening(self, launch: Launch) -> dict[str, Any]:
+        return {"device_allow": [], "loopback_only": False}  # the container runtime holds both
+
+    def argcheck(self, launch: Launch) -> list[str] | None:
+        return None  # vLLM is in the image, not on the host
+
+
+def launcher_for(platform: Platform) -> Launcher:
+    """The platform's launcher: the one place that asks whether it runs a container."""
+    return ContainerLauncher(platform) if platform.container else VenvLauncher(platform)
