@@ -1,6 +1,6 @@
 """The two-node examples' head argv (vLLM on Ray, TP 8 x PP 2) through vLLM 0.12.0's own `vllm
 serve` parser and its checks, in the lab's vLLM environment (the labenv `make lab` builds):
-the same check (unit.ARGCHECK) roles/vllm_service runs on a host before a changed argv starts."""
+the same check (launchers.ARGCHECK) roles/vllm_service runs on a host before a changed argv starts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from acceldeploy.inventory.hostvars import hosts_vars
 from acceldeploy.serving.hostplan import host_plan, with_node_ips
-from acceldeploy.serving.unit import ARGCHECK
+from acceldeploy.serving.launchers import ARGCHECK
 
 pytestmark = pytest.mark.lab
 

@@ -12,17 +12,17 @@ and `plan.py render --unit` render the same templates (`render_files`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import posixpath
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
-from acceldeploy.serving import gaudi_launch, render
+from acceldeploy.serving import render
+from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import Launch
 
 # The vllm_service role's own templates: the role renders them on the controller, and
@@ -36,20 +36,6 @@ WILDCARD = ("0.0.0.0", "::", "")
 UNIT_DIR = "/etc/systemd/system"
 STATE_ROOT = "/var/lib/acceldeploy-vllm"
 READY_PYTHON = "/usr/bin/python3"
-
-# Parsed by vLLM's own `vllm serve` parser and checks, in the host's environment.
-ARGCHECK = """\
-import json, sys
-from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
-try:
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-except ImportError:
-    from vllm.utils import FlexibleArgumentParser
-args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(
-    json.loads(sys.argv[1]))
-validate_parsed_serve_args(args)
-print("vllm accepts the argv")
-"""
 
 
 @dataclass(frozen=True)
@@ -150,26 +136,6 @@ class ServiceUnit:
         return data
 
 
-def _numa(launch: Launch, topology: Sequence[Mapping[str, Any]]) -> tuple[str, int] | None:
-    """(cpus, node) when every device of the service is known and on one NUMA node."""
-    if not launch.devices or not topology:
-        return None
-    by_device = {int(t["device"]): t for t in topology if t.get("numa") is not None}
-    if not all(d in by_device for d in launch.devices):
-        return None
-    nodes = {int(by_device[d]["numa"]) for d in launch.devices}
-    if len(nodes) != 1:
-        return None
-    cpus: list[str] = []
-    for d in launch.devices:
-        for part in str(by_device[d].get("cpus") or "").split(","):
-            if part.strip() and part.strip() not in cpus:
-                cpus.append(part.strip())
-    if not cpus:
-        return None
-    return ",".join(cpus), nodes.pop()
-
-
 def _url_host(host: str) -> str:
     if host in WILDCARD:
         return "127.0.0.1"
@@ -182,21 +148,6 @@ def env_value(key: str, value: str) -> str:
         raise AcceldeployError(f"env {key}: a value cannot contain a newline")
     text = f"{key}={value}".replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
     return f'"{text}"'
-
-
-def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[str] | None:
-    """`python -c ARGCHECK '<json args>'` with the interpreter beside the serve command's
-    `vllm`; None for commands that are not a host venv's `vllm serve` (the Gaudi container)."""
-    head = argv[0] if argv else ""
-    base = posixpath.basename(head)
-    if not head.startswith("/") or base != "vllm" or len(argv) < 3 or argv[1] != "serve":
-        return None
-    python, tail = posixpath.join(posixpath.dirname(head), "python"), ["--model", *argv[2:]]
-    command = [python, "-c", ARGCHECK, json.dumps(tail)]
-    if env_scripts:
-        sources = " && ".join(f"source {shlex.quote(s)}" for s in env_scripts)
-        command = ["/bin/bash", "-c", f'set +u; {sources} && exec "$0" "$@"', *command]
-    return command
 
 
 @dataclass(frozen=True)
@@ -237,11 +188,11 @@ def cluster_check_argv(launch: Launch, platform: Platform, opts: UnitOptions) ->
     """The head's ray-wait with one look (timeout 0): exit 0 when the cluster holds every
     node with its devices, else 1 naming the missing node (tools/verify.py runs it)."""
     place = _Place.of(launch, platform, opts)
-    return ray_wait_argv(launch, platform, place, opts.gaudi_image or platform.image, timeout=0)
+    return ray_wait_argv(launch, platform, place, opts, timeout=0)
 
 
 def ray_wait_argv(
-    launch: Launch, platform: Platform, place: _Place, image: str, timeout: int | None = None
+    launch: Launch, platform: Platform, place: _Place, opts: UnitOptions, timeout: int | None = None
 ) -> list[str]:
     """`ray-wait`: until the group's cluster holds every node, each with the devices its
     ranks need (the platform's Ray resource), or the start timeout; it names a missing node."""
@@ -250,35 +201,8 @@ def ray_wait_argv(
     wait = [place.ray_wait_path, str(launch.cluster_address), str(wait_for),
             str(launch.ray_unit), f"{platform.ray_resource}={per_node}",
             *(f"{host}={ip}" for host, ip in launch.nodes.items())]  # fmt: skip
-    if platform.container:
-        helpers = posixpath.dirname(place.ray_wait_path)
-        mount = f"{helpers}:{helpers}:ro"
-        ray_dir = f"{place.state_dir}:{place.state_dir}:rw"
-        return ["/usr/bin/docker", "run", "--rm", "--net=host", "-v", mount, "-v", ray_dir,
-                image, "python3", *wait]  # fmt: skip
-    python = posixpath.join(posixpath.dirname(launch.argv[0]), "python")
-    return [python, *wait]
-
-
-def _exec_argv(
-    launch: Launch, platform: Platform, place: _Place, models_root: str, opts: UnitOptions
-) -> list[str]:
-    """What the launcher execs: vLLM itself, or on Gaudi `docker run` around the same argv."""
-    if not platform.container:
-        return list(launch.argv)
-    recipes = f"{place.cache_dir}/hpu-recipes"
-    mounts = [(models_root, models_root, False), (recipes, recipes, True)]
-    if launch.ray_unit:  # the driver reaches its node's Ray through the session directory
-        mounts.append((place.state_dir, place.state_dir, True))
-    return gaudi_launch.docker_argv(
-        launch.name,
-        opts.gaudi_image or platform.image,
-        [*sorted(launch.env), *launch.secret_env],
-        mounts,
-        launch.argv,
-        platform.container_run_args,
-        _numa(launch, opts.topology),
-    )
+    helpers = posixpath.dirname(place.ray_wait_path)
+    return [*launcher_for(platform).ray_wait_prefix(launch, opts, helpers, place.state_dir), *wait]
 
 
 def _directives(
@@ -290,14 +214,13 @@ def _directives(
 ) -> dict[str, Any]:
     """The values of the unit's directives (vllm.service.j2 names each directive): a list for
     a directive given several times, "" or [] for one the unit leaves out."""
-    docker_rm = f"-/usr/bin/docker rm -f acceldeploy-{launch.name}"
-    start_pre = [docker_rm] if platform.container else []
+    launcher = launcher_for(platform)
+    start_pre = launcher.cleanup(launch.name)
     if launch.ray_unit:
-        image = opts.gaudi_image or platform.image
-        start_pre.append(shlex.join(ray_wait_argv(launch, platform, place, image)))
+        start_pre.append(shlex.join(ray_wait_argv(launch, platform, place, opts)))
     ready = f"{READY_PYTHON} {place.ready_path} {place.base_url}/health {place.timeout}"
     drain = f"{READY_PYTHON} {place.drain_path} {place.base_url} {opts.drain_timeout}"
-    numa = None if platform.container else _numa(launch, opts.topology)
+    numa = launcher.unit_numa(launch, opts.topology)
     return {
         "description": f"vLLM {launch.name}: {launch.model_path} ({launch.platform}) on "
                        f"{launch.host}:{launch.port}",
@@ -316,13 +239,13 @@ def _directives(
         "exec_start_post": [ready, *([f"-+{opts.ready_hook}"] if opts.ready_hook else [])],
         "exec_stop": [*([f"-+{opts.drain_hook}"] if opts.drain_hook else []),
                       *([drain] if opts.drain_timeout else [])],
-        "exec_stop_post": [docker_rm] if platform.container else [],
+        "exec_stop_post": launcher.cleanup(launch.name),
         "timeout_start_sec": place.timeout,
         "timeout_stop_sec": 60 + opts.drain_timeout,
         "restart_sec": opts.restart_sec,
         "cpu_affinity": numa[0] if numa else "",
         "numa_mask": numa[1] if numa else "",
-        **hardening(launch, platform.container),
+        **launcher.hardening(launch),
     }  # fmt: skip
 
 
@@ -338,7 +261,8 @@ def build(
             f"service {launch.name}: env PYTHONOPTIMIZE is refused (vLLM relies on assert "
             "statements); drop it"
         )
-    check = None if platform.container else argcheck_command(launch.argv, launch.env_scripts)
+    launcher = launcher_for(platform)
+    check = launcher.argcheck(launch)
     return ServiceUnit(
         name=launch.name,
         platform=launch.platform,
@@ -352,7 +276,7 @@ def build(
         env=env,
         secret_env=list(launch.secret_env),
         groups=list(place.groups),
-        exec_argv=_exec_argv(launch, platform, place, models_root, opts),
+        exec_argv=launcher.exec_argv(launch, opts, models_root, place.state_dir, place.cache_dir),
         env_scripts=list(launch.env_scripts),
         template=UNIT_TEMPLATE,
         directives=_directives(launch, platform, place, env, opts),
@@ -363,17 +287,6 @@ def build(
         argcheck_python=None if check is None else check[-4],
         launch=launch.to_dict(),
     )
-
-
-def hardening(launch: Launch, container: bool) -> dict[str, Any]:
-    """What the sandbox of a unit (the templates' fixed hardening directives) depends on: the
-    platform's device nodes for DeviceAllow= (none in a container, whose runtime holds them),
-    and whether the service serves on loopback only (then IPAddressDeny=any)."""
-    loopback = launch.host in ("127.0.0.1", "::1", "localhost")
-    return {
-        "device_allow": [] if container else list(launch.device_paths),
-        "loopback_only": loopback and not container and not launch.nodes,
-    }
 
 
 def launcher_context(unit: ServiceUnit) -> dict[str, Any]:
