@@ -81,16 +81,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert built.returncode == 0, built.stdout + built.stderr
     (tarball,) = (tmp / "build").glob("acceldeploy-fleet-*.tar.gz")
     collections = tmp / "collections"
-    done = subprocess.run(
-        [galaxy, "collection", "install", "-p", str(collections), str(tarball)],
-        cwd=tmp, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert (collections / "ansible_collections/acceldeploy/fleet/MANIFEST.json").is_file()
     work = tmp / "work"
     work.mkdir()
     (work / "ansible.cfg").write_text(CONFIG)
     (work / "host.yml").write_text(yaml.safe_dump(PLAYBOOK, sort_keys=False))
+    # the user's configuration, not the repository's (whose collections_path already holds an
+    # acceldeploy.fleet 0.1.0: ansible-galaxy would skip the install as done)
+    done = subprocess.run(
+        [galaxy, "collection", "install", "-p", str(collections), str(tarball)],
+        cwd=work, env={**os.environ, **environment(collections, work)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (collections / "ansible_collections/acceldeploy/fleet/MANIFEST.json").is_file()
     # From there, the one acceldeploy.fleet Ansible sees is the installed one.
     listed = subprocess.run(
         [galaxy, "collection", "list", "acceldeploy.fleet", "--format", "json"],

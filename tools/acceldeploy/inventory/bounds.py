@@ -48,7 +48,7 @@ BOUNDS: dict[str, Bound] = {
     "model_weights_max_workers": Bound(1, 64, "parallel downloads"),
     "model_weights_async_timeout": Bound(60, 30 * DAY, "seconds"),
     "model_weights_async_poll": Bound(1, 3600, "seconds", note="0 would not wait for the download"),
-    "model_weights_progress_interval": Bound(1, 3600, "seconds", whole=False),
+    "model_weights_progress_interval": Bound(0.1, 3600, "seconds", whole=False),
     "vllm_service_start_timeout": Bound(0, DAY, "seconds", note="0 is the platform's"),
     "vllm_service_restart_sec": Bound(0, 3600, "seconds"),
     "vllm_service_start_limit_burst": Bound(1, 100, "failed starts"),
