@@ -31,12 +31,17 @@ def model_weights_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def model_weights_fanout(
-    infos: Sequence[Mapping[str, Any]], play_hosts: Sequence[str]
+    infos: Sequence[Mapping[str, Any]],
+    play_hosts: Sequence[str],
+    all_hosts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Per host of the play: hub / pull / verify / serve model lists and its seed."""
+    """Per host of the play: hub / pull / verify / serve model lists and its seed.
+    `all_hosts` (ansible_play_hosts_all): a seed among them that an earlier check refused is
+    not this host's error; the run stops at preflight's summary, naming it."""
     try:
         hosts = dict(zip(play_hosts, infos, strict=True))
-        plan: dict[str, Any] = weights.fanout(hosts, list(play_hosts))
+        refused = [h for h in all_hosts or () if h not in hosts]
+        plan: dict[str, Any] = weights.fanout(hosts, list(play_hosts), refused)
     except (KeyError, ValueError) as exc:
         raise AcceldeployError(f"model_weights_fanout: {exc}") from None
     return plan

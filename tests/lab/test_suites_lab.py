@@ -74,7 +74,7 @@ def test_preflight_refuses_the_serving_stack_on_python_3_9_naming_the_fix() -> N
     assert "lab1" in failed and set(failed) <= set(SUITES), failed
     assert all("preflight refused lab1" in m for h, m in failed.items() if h != "lab1"), failed
     message = failed["lab1"]
-    assert "python_env_venv_python: /usr/bin/python3.9 is Python 3.9" in message
+    assert "python_env_venv_python is /usr/bin/python3.9, Python 3.9 by its name" in message
     assert "needs Python >=3.11,<3.14" in message and "python_env_manager: conda" in message
     for host in SUITES:
         assert run.changed(host) == 0

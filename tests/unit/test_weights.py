@@ -230,6 +230,17 @@ def test_fanout_seed_must_be_in_the_play():
         weights.fanout(_hosts("seed", seed="gone"), ["h1", "h2", "store"])
 
 
+def test_a_seed_refused_earlier_in_the_play_is_not_its_pullers_error():
+    """Preflight refused the seed (say, its Python) before the fan-out: its pullers get no
+    job and no error of their own; the run stops at preflight's summary naming the seed."""
+    hosts = _hosts("seed", seed="store")
+    del hosts["store"]
+    plan = weights.fanout(hosts, ["h1", "h2"], refused=["store"])
+    assert plan["h1"]["pull"] == [] and plan["h2"]["seed"] == ""
+    with pytest.raises(WeightsError, match="model_weights_seed_host 'store'"):
+        weights.fanout(hosts, ["h1", "h2"])
+
+
 def test_patterns():
     assert matches("sub/a.json", ["sub/"])
     assert matches("x.safetensors", ["*.safetensors"])

@@ -100,7 +100,11 @@ class Settings:
         )
 
 
-def fanout(hosts: Mapping[str, Mapping[str, Any]], play_hosts: Sequence[str]) -> dict[str, Any]:
+def fanout(
+    hosts: Mapping[str, Mapping[str, Any]],
+    play_hosts: Sequence[str],
+    refused: Sequence[str] = (),
+) -> dict[str, Any]:
     """Who does what, for every host of the play, from each host's specs and settings.
 
     ``hosts[h]`` has ``specs`` (ModelSpec dicts) and ``settings`` (see Settings.check). Per host:
@@ -113,6 +117,8 @@ def fanout(hosts: Mapping[str, Mapping[str, Any]], play_hosts: Sequence[str]) ->
 
     A seed may serve models it does not run itself (a storage node, or the controller as an
     inventory host with ansible_connection: local): it downloads the union of its pullers'.
+    A host whose seed is in ``refused`` (a host of the play an earlier check refused) gets no
+    job: the run stops before any download, naming the refused host.
     """
     plan: dict[str, dict[str, Any]] = {
         h: {"hub": {}, "pull": {}, "verify": {}, "serve": {}, "seed": ""} for h in play_hosts
@@ -126,6 +132,8 @@ def fanout(hosts: Mapping[str, Mapping[str, Any]], play_hosts: Sequence[str]) ->
                 plan[host]["hub"][spec.dirname] = spec
             continue
         seed = settings.seed_host or play_hosts[0]
+        if seed in refused:
+            continue
         if seed not in plan:
             raise WeightsError(
                 f"model_weights_seed_host {seed!r} (for {host}) is not a host of this play "

@@ -151,7 +151,12 @@ def _check_venv_python(
             f" and the {platform} stack (vLLM {entry['vllm']}) needs Python {requires}"
             f"{entry.get('requires_python_why') or ''}"
         )
-    default = f" for /usr/bin/python{entry['python']}" if stack else ""
+    default = (
+        f" for /usr/bin/python{entry['python']}, or set python_env_manager: conda (it installs "
+        f"the stack's Python {entry['python']} itself, on any release)"
+        if stack
+        else ""
+    )
     raise AcceldeployError(
         f"python_env_venv_python is {given}, {shown} by its name; {needs}: set "
         f"python_env_venv_python to such an interpreter on the host, or leave it empty{default}"
