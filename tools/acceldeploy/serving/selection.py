@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory.hostvars import hosts_vars
+from acceldeploy.inventory.hostvars import host_names, hosts_vars
 from acceldeploy.serving.hostplan import HostPlan, host_plan, with_node_ips
 
 
@@ -21,7 +21,7 @@ def every_host(inventory: str) -> dict[str, dict[str, Any]]:
 def limited(inventory: str, limit: str) -> dict[str, dict[str, Any]]:
     """The variables of the hosts --limit selects (node addresses filled in)."""
     every = every_host(inventory)
-    names = list(every) if limit == "all" else list(hosts_vars(inventory, limit))
+    names = list(every) if limit == "all" else host_names(inventory, limit)
     if not names:
         raise AcceldeployError(f"no hosts in {inventory} match --limit {limit}")
     return {host: every[host] for host in names}

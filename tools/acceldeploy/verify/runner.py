@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory.hostvars import hosts_vars
-from acceldeploy.serving.hostplan import HostPlan, host_plan, with_node_ips
+from acceldeploy.serving import selection
+from acceldeploy.serving.hostplan import HostPlan, host_plan
 from acceldeploy.serving.render import Launch, model_arch
 from acceldeploy.serving.service import Service
 from acceldeploy.serving.unit import cluster_check_argv
@@ -187,12 +187,7 @@ def check_cluster(conn: Any, plan: HostPlan, launch: Launch, timeout: float) -> 
 
 
 def run(inventory: str, limit: str, options: Options) -> list[Check]:
-    found = hosts_vars(inventory, limit)
-    if not found:
-        raise AcceldeployError(f"no hosts in {inventory} match --limit {limit}")
-    # a multi-node service's head needs every node's address, inside --limit or not
-    every = with_node_ips(hosts_vars(inventory) if limit != "all" else found)
-    found = {host: every[host] for host in found}
+    found = selection.limited(inventory, limit)
     with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
         results = pool.map(lambda item: check_host(item[0], item[1], options), found.items())
     return [check for host_checks in results for check in host_checks]
