@@ -55,7 +55,7 @@ def model_specs(
                 f"{where}: {spec.dirname} is already taken from {previous.source} by "
                 f"{', '.join(previous.services)}; one directory has one source"
             )
-        by_dir[spec.dirname] = _merge(previous, spec)
+        by_dir[spec.dirname] = merge(previous, spec)
     return list(by_dir.values())
 
 
@@ -147,11 +147,11 @@ def fanout(
             )
         plan[host]["seed"] = seed
         for spec in specs:
-            merged = _merge(plan[seed]["hub"].get(spec.dirname), spec)
+            merged = merge(plan[seed]["hub"].get(spec.dirname), spec)
             plan[seed]["hub"][spec.dirname] = merged
             if host == seed:
                 continue
-            plan[seed]["serve"][spec.dirname] = _merge(plan[seed]["serve"].get(spec.dirname), spec)
+            plan[seed]["serve"][spec.dirname] = merge(plan[seed]["serve"].get(spec.dirname), spec)
             bucket = "verify" if settings.shared_storage else "pull"
             plan[host][bucket][spec.dirname] = spec
     return {
@@ -163,7 +163,7 @@ def fanout(
     }
 
 
-def _merge(previous: ModelSpec | None, spec: ModelSpec) -> ModelSpec:
+def merge(previous: ModelSpec | None, spec: ModelSpec) -> ModelSpec:
     """One directory asked twice: one source, the allow_patterns joined (none on either side
     means every file), the services of both."""
     if previous is None:

@@ -40,31 +40,45 @@ def target_tags(python: str, arch: str, glibc_minor: int) -> frozenset[Tag]:
     )
 
 
-def wheels_by_pin(directory: Path) -> dict[tuple[str, Version], list[frozenset[Tag]]]:
-    """(name, version) -> the tag sets of the wheels in ``directory``."""
-    found: dict[tuple[str, Version], list[frozenset[Tag]]] = {}
+def wheels_by_pin(directory: Path) -> dict[tuple[str, Version], list[tuple[Path, frozenset[Tag]]]]:
+    """(name, version) -> each wheel of it in ``directory``, with its tags."""
+    found: dict[tuple[str, Version], list[tuple[Path, frozenset[Tag]]]] = {}
     for wheel in directory.glob("*.whl"):
         try:
             name, version, _, tags = parse_wheel_filename(wheel.name)
         except (InvalidWheelFilename, InvalidVersion):
             continue
-        found.setdefault((name, version), []).append(tags)
+        found.setdefault((name, version), []).append((wheel, tags))
     return found
+
+
+def select(
+    directory: Path, pins: Iterable[str], python: str, arch: str, glibc_minor: int
+) -> tuple[list[Path], list[str]]:
+    """The wheels in ``directory`` that install each pin on the target (every one it accepts:
+    pip picks among them), and the pins with none."""
+    accepted = target_tags(python, arch, glibc_minor)
+    held = wheels_by_pin(directory) if directory.is_dir() else {}
+    chosen: list[Path] = []
+    absent = []
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        fitting = [
+            wheel
+            for wheel, tags in held.get((canonicalize_name(name), Version(version)), [])
+            if tags & accepted
+        ]
+        chosen += sorted(fitting)
+        if not fitting:
+            absent.append(pin)
+    return chosen, absent
 
 
 def missing(
     directory: Path, pins: Iterable[str], python: str, arch: str, glibc_minor: int
 ) -> list[str]:
     """The pins with no wheel in ``directory`` that the target installs."""
-    accepted = target_tags(python, arch, glibc_minor)
-    held = wheels_by_pin(directory) if directory.is_dir() else {}
-    absent = []
-    for pin in pins:
-        name, _, version = pin.partition("==")
-        tag_sets = held.get((canonicalize_name(name), Version(version)), [])
-        if not any(tags & accepted for tags in tag_sets):
-            absent.append(pin)
-    return absent
+    return select(directory, pins, python, arch, glibc_minor)[1]
 
 
 def stack_wheel_errors(

@@ -201,7 +201,7 @@ def fetch_stamp(wheels: Path, python_version: str) -> Path:
     return wheels / FETCH_STAMP.format(tag=python_tag(python_version))
 
 
-def _download_argv(python: str, dest: Path, python_version: str) -> list[str]:
+def download_argv(python: str, dest: Path, python_version: str) -> list[str]:
     return [
         python,
         "-m",
@@ -357,7 +357,7 @@ def fetch(
             return {"skipped": True, "wheels": str(wheels), "lock": str(lock) if lock else None}
         stamp.unlink(missing_ok=True)
         started = time.monotonic()
-        base = _download_argv(python, wheels, python_version)
+        base = download_argv(python, wheels, python_version)
         env = pip_env(isolated=False)
         if lock:
             download = cache / "download.txt"

@@ -26,6 +26,15 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
     "acceldeploy_allow_untested_os": {"type": "bool"},
     # Download nothing on the controller; a missing artefact stops preflight naming it.
     "acceldeploy_offline": {"type": "bool"},
+    # An offline bundle (acceldeploy bundle build) the run deploys from, served by the
+    # controller on one address of the hosts' network and a port, for the run only.
+    "acceldeploy_bundle": {"type": "path"},
+    "acceldeploy_bundle_listen": {"type": "str"},
+    "acceldeploy_bundle_port": {"type": "int"},
+    # What a bundle is built for, per host: its release (<id>-<version> of data/targets.yml)
+    # and architecture (bundle/hostclass.py).
+    "acceldeploy_os": {"type": "str"},
+    "acceldeploy_arch": {"type": "str", "choices": ["x86_64", "aarch64"]},
     # Ignore the no-op records (tools/acceldeploy/state/drift.py): every role checks everything.
     "acceldeploy_full_check": {"type": "bool"},
     # A node of a multi-node service: its address on the network the nodes share

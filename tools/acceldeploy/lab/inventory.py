@@ -44,6 +44,8 @@ def inventory_data(
             "ansible_python_interpreter": "/usr/bin/python3",
             "lab_index": host.index,
             "lab_suite": host.suite,
+            # What a bundle is built for (acceldeploy bundle build): the host's release.
+            "acceldeploy_os": "debian-" + suite_named(host.suite).release.split()[-1],
             "python_env_venv_python": f"/usr/bin/python{suite_named(host.suite).python}",
         }
     return {

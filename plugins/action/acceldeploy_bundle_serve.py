@@ -1,0 +1,92 @@
+"""Serve an offline bundle (acceldeploy_bundle) to the hosts for this ansible-playbook run:
+the controller's read-only server (acceldeploy.bundle.server) bound to one address, with a
+fresh token for the models (passed on stdin, never in argv or a file), and tied to this run's
+ansible-playbook process: it exits within a second of it, whether the play ends, fails or is
+interrupted. Returns the URL and the token (register it with no_log)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from acceldeploy.bundle import server
+
+START_TIMEOUT = 20.0
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/{server.NO_TAG}/", timeout=1) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        args = self._task.args
+        bundle = Path(str(args["bundle"]))
+        try:
+            listen = server.check_listen(str(args.get("listen") or ""))
+        except server.ServerError as exc:
+            return {**result, "failed": True, "msg": f"acceldeploy_bundle_listen: {exc}"}
+        port = int(args.get("port") or 8093)
+        log = Path(str(args.get("request_log") or bundle.parent / f"{bundle.name}-requests.jsonl"))
+        token = secrets.token_urlsafe(30)
+        served = server.Served(bundle / "wheels", log, bundle / "models", listen, port, token)
+        # This task runs in a worker forked from ansible-playbook: its parent is the run.
+        argv = server.serve_argv(served, sys.executable, exit_with=os.getppid())
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        err = log.with_suffix(".out")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with err.open("ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        assert proc.stdin is not None
+        proc.stdin.write(f"{token}\n".encode())
+        proc.stdin.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = err.read_text(errors="replace").splitlines()[-5:]
+                return {
+                    **result,
+                    "failed": True,
+                    "msg": f"the bundle server exited {proc.returncode}: {' / '.join(tail)}",
+                }
+            if _answers(served.url):
+                result.update(
+                    changed=False,
+                    url=served.url,
+                    token=token,
+                    pid=proc.pid,
+                    request_log=str(log),
+                    lines_before=server.log_lines(log),
+                )
+                return result
+            time.sleep(0.1)
+        proc.kill()
+        return {
+            **result,
+            "failed": True,
+            "msg": f"the bundle server did not answer at {served.url}",
+        }

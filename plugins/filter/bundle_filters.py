@@ -1,0 +1,45 @@
+"""Ansible adapter over acceldeploy.bundle (tools/acceldeploy/bundle/): site.yml's checks of an
+offline bundle (acceldeploy_bundle) on the controller, before any host is contacted."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from acceldeploy.bundle import check
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.fetch.common import ModelSpec
+from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.inventory.hostvars import hosts_vars
+
+
+def _hash_cache() -> Path:
+    cache = os.environ.get("ACCELDEPLOY_CACHE") or "/var/cache/acceldeploy"
+    return Path(cache) / "bundle-hashes.json"
+
+
+def acceldeploy_bundle_errors(bundle: str, play_hosts: Sequence[str], inventory: str) -> list[str]:
+    """acceldeploy_bundle | acceldeploy_bundle_errors(ansible_play_hosts, inventory): what the
+    bundle lacks for these hosts, or what in it is damaged, each naming the fix."""
+    directory = Path(str(bundle))
+    if not directory.is_absolute():
+        return [f"acceldeploy_bundle {bundle!r}: give the bundle directory's absolute path"]
+    hosts = hosts_vars(str(inventory), ",".join(play_hosts))
+    try:
+        return check.errors(directory, hosts, str(inventory), _hash_cache())
+    except AcceldeployError as exc:
+        return [f"acceldeploy_bundle: {exc}"]
+
+
+def acceldeploy_bundle_listings(bundle: str, specs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """acceldeploy_bundle | acceldeploy_bundle_listings(model specs): each model's listing as
+    the bundle published it (what a seed's hub plan gives its pullers)."""
+    dirnames = [ModelSpec.from_dict(plain(dict(s))).dirname for s in specs]
+    return check.listings(Path(str(bundle)), dirnames)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return filters(acceldeploy_bundle_errors, acceldeploy_bundle_listings)

