@@ -43,11 +43,13 @@ wheel: venv
 collection: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path dist .
 
-# What the lab needs from the machine: debootstrap and systemd-nspawn (Debian packages).
+# What the lab needs from the machine: debootstrap and systemd-nspawn (Debian packages), and
+# nftables for the isolated lab's filter (tools/lab.py up --isolated).
 host-deps:
-	@command -v debootstrap >/dev/null && command -v systemd-nspawn >/dev/null || \
+	@command -v debootstrap >/dev/null && command -v systemd-nspawn >/dev/null && \
+	  command -v nft >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	     debootstrap systemd-container >/dev/null)
+	     debootstrap systemd-container nftables >/dev/null)
 
 # The lab: wheel cache, tiny model and mirror prepared once into $(CACHE); the mirror and the
 # wheel server (pip find-links for the hosts) started; then the hosts.

@@ -13,6 +13,7 @@ from acceldeploy import runtimes
 from acceldeploy.downloads import wheelcache
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.planner import stacks
+from acceldeploy.runtimes import envfanout
 
 
 def runtime_stack(platform: str, stacks_file: str = "") -> dict[str, Any]:
@@ -126,6 +127,20 @@ def python_env_wheel_errors(
     return wheelcache.stack_wheel_errors(plain(spec), str(cache), plain(target), command)
 
 
+def python_env_fanout_plan(
+    hosts: Sequence[Mapping[str, Any]], enabled: bool = True
+) -> dict[str, Any]:
+    """play hosts' hostvars | python_env_fanout_plan(python_env_fanout): who builds, who pulls."""
+    wanted = (
+        "inventory_hostname",
+        "python_env_rebuild",
+        "python_env_spec",
+        "ansible_host",
+        "python_env_fanout_port",
+    )
+    return envfanout.plan([{k: plain(h[k]) for k in wanted if k in h} for h in hosts], enabled)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -147,4 +162,5 @@ class FilterModule:
             python_env_record_key,
             python_env_wheel_fetch_argv,
             python_env_wheel_errors,
+            python_env_fanout_plan,
         )

@@ -23,10 +23,10 @@ import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import CHUNK, MANIFEST, Layout, Listing, ModelSpec, RemoteFile, WeightsError
 from .manifest import manifest_listing, read_manifest
@@ -223,6 +223,11 @@ def seed_pid_file(layout: Layout) -> Path:
     return layout.run_dir() / "seed-server.pid"
 
 
+SEED = "seed-server"
+if TYPE_CHECKING:
+    MakeServer = Callable[[], tuple[http.server.ThreadingHTTPServer, list[float]]]
+
+
 def _proc_stat(pid: int) -> list[str]:
     """/proc/<pid>/stat from field 3 (state) on; [] if there is no such process."""
     try:
@@ -253,25 +258,38 @@ def start_seed_server(
 ) -> dict[str, Any]:
     """Starts the seed server as a daemon (double fork, its own session, output to
     ``R/.acceldeploy/run/seed-server.log``); returns once it listens, or fails saying why."""
-    stop_seed_server(layout)
-    run = layout.run_dir()
+    pid = start_daemon(
+        layout.run_dir(),
+        SEED,
+        lambda: make_seed_server(layout.root, listen, port, token, models),
+        idle_timeout,
+        f"{listen}:{port}",
+    )
+    return {"pid": pid, "port": port, "models": list(models)}
+
+
+def start_daemon(run: Path, name: str, make: MakeServer, idle_timeout: float, where: str) -> int:
+    """Starts ``make()``'s server as a daemon (double fork, its own session, output to
+    ``<run>/<name>.log``, pid in ``<run>/<name>.pid``), stopping the previous one of that name;
+    returns its pid once it listens, or fails saying why."""
+    stop_daemon(run, name)
     run.mkdir(parents=True, exist_ok=True, mode=0o700)
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the forked child (its exit ends it)
         os.close(read_end)
-        _daemon(layout, listen, port, token, models, idle_timeout, write_end)
+        _daemon(run / f"{name}.log", make, idle_timeout, write_end)
     os.close(write_end)
     os.waitpid(child, 0)
     status = _read_status(read_end, START_TIMEOUT)
     if not status.startswith("ready "):
         raise WeightsError(
-            f"the seed server did not listen on {listen}:{port}: "
-            f"{status or f'no answer within {START_TIMEOUT:.0f}s'}; see {run}/seed-server.log"
+            f"the {name} did not listen on {where}: "
+            f"{status or f'no answer within {START_TIMEOUT:.0f}s'}; see {run}/{name}.log"
         )
     pid = int(status.split()[1])
-    seed_pid_file(layout).write_text(f"{pid} {_start_time(pid)}\n")
-    return {"pid": pid, "port": port, "models": list(models)}
+    (run / f"{name}.pid").write_text(f"{pid} {_start_time(pid)}\n")
+    return pid
 
 
 def _read_status(fd: int, timeout: float) -> str:
@@ -293,13 +311,7 @@ def _read_status(fd: int, timeout: float) -> str:
 
 
 def _daemon(  # pragma: no cover - runs in the forked child; tests see its effects
-    layout: Layout,
-    listen: str,
-    port: int,
-    token: str,
-    models: Sequence[str],
-    idle_timeout: float,
-    status_fd: int,
+    log_path: Path, make: MakeServer, idle_timeout: float, status_fd: int
 ) -> None:
     """The forked child: never returns into the caller (the Ansible module)."""
     code = 1
@@ -309,16 +321,14 @@ def _daemon(  # pragma: no cover - runs in the forked child; tests see its effec
             os._exit(0)
         os.chdir("/")
         devnull = os.open(os.devnull, os.O_RDWR)
-        log = os.open(
-            layout.run_dir() / "seed-server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-        )
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(devnull)
         os.close(log)
         try:
-            server, touched = make_seed_server(layout.root, listen, port, token, models)
+            server, touched = make()
         except OSError as exc:
             os.write(status_fd, f"{exc}\n".encode())
             raise
@@ -334,7 +344,12 @@ def _daemon(  # pragma: no cover - runs in the forked child; tests see its effec
 
 def stop_seed_server(layout: Layout) -> bool:
     """Stops the server ``start_seed_server`` started here, if it still runs."""
-    pid_file = seed_pid_file(layout)
+    return stop_daemon(layout.run_dir(), SEED)
+
+
+def stop_daemon(run: Path, name: str) -> bool:
+    """Stops the daemon ``start_daemon`` started under that name, if it still runs."""
+    pid_file = run / f"{name}.pid"
     try:
         fields = pid_file.read_text().split()
         pid = int(fields[0])
@@ -345,7 +360,7 @@ def stop_seed_server(layout: Layout) -> bool:
     if len(fields) > 1:
         if _start_time(pid) != fields[1]:
             return False
-    elif not _legacy_server(pid):
+    elif name != SEED or not _legacy_server(pid):
         return False
     try:
         os.kill(pid, signal.SIGTERM)

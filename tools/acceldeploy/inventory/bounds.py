@@ -42,6 +42,9 @@ def _shown(number: float) -> str:
 
 BOUNDS: dict[str, Bound] = {
     "python_env_keep": Bound(0, 100, "older builds kept", note="0 keeps only the current one"),
+    "python_env_fanout_port": Bound(1, 65535, "a TCP port"),
+    "python_env_fanout_idle_timeout": Bound(1, 7 * DAY, "seconds"),
+    "python_env_fanout_timeout": Bound(60, 7 * DAY, "seconds"),
     "model_weights_seed_port": Bound(1, 65535, "a TCP port"),
     "model_weights_seed_idle_timeout": Bound(1, 7 * DAY, "seconds"),
     "model_weights_free_space_reserve_gib": Bound(0, 1 << 20, "GiB", whole=False),

@@ -88,6 +88,13 @@ def configure(top: argparse.ArgumentParser) -> None:
     )
     up.add_argument("--timeout", type=float, default=hosts.BOOT_TIMEOUT, metavar="SECONDS")
     up.add_argument(
+        "--isolated",
+        action="store_true",
+        help="each host in its own network namespace on the bridge acclab0 with this machine "
+        "(10.213.0.1), no other route; this machine accepts only SSH replies and the bundle "
+        "server's port from them (needs nftables)",
+    )
+    up.add_argument(
         "--inventory", type=Path, default=hosts.DEFAULT_INVENTORY, help=argparse.SUPPRESS
     )
     down = sub.add_parser("down", help="shut all lab hosts down and remove their state")
@@ -162,6 +169,7 @@ def run(args: argparse.Namespace, prog: str = "lab") -> int:
                 binds=args.bind_ro,
                 inventory=args.inventory,
                 timeout=args.timeout,
+                isolated=args.isolated,
             )
             print(inventory)
         elif args.lab_command == "down":

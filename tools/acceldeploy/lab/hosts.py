@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from acceldeploy.lab import prereq, progress, rootfs
+from acceldeploy.lab import isolation, prereq, progress, rootfs
 from acceldeploy.lab.inventory import InventoryHost, write_inventory
 from acceldeploy.lab.processes import (
     HOST_PREFIX,
@@ -52,6 +52,7 @@ DEFAULT_STATE = Path("/run/acceldeploy-lab")
 DEFAULT_HOSTS = 2
 DEFAULT_BASE_PORT = 2201
 REBOOT_EXIT = 133
+NETWORK_UNIT = "acceldeploy-lab-net.service"
 BOOT_TIMEOUT = 180.0
 STOP_TIMEOUT = 60.0
 TOOLS_DIR = Path(__file__).resolve().parents[2]
@@ -142,6 +143,13 @@ class HostSpec:
     suite: rootfs.Suite = rootfs.DEFAULT_SUITE
     binds: tuple[Bind, ...] = ()
     capabilities: tuple[str, ...] = ()
+    # The isolated lab (lab/isolation.py): the host's address on the lab bridge, in its own
+    # network namespace; empty: it shares this machine's network (sshd on 127.0.0.1:ssh_port).
+    address: str = ""
+
+    @property
+    def ssh_host(self) -> str:
+        return self.address or "127.0.0.1"
 
     @property
     def machine(self) -> str:
@@ -190,6 +198,7 @@ class HostSpec:
             "suite": self.suite.name,
             "binds": [[str(b.src), b.dst, b.read_only] for b in self.binds],
             "capabilities": list(self.capabilities),
+            "address": self.address,
         }
         return json.dumps(data, indent=2) + "\n"
 
@@ -207,6 +216,7 @@ class HostSpec:
             suite=rootfs.suite_named(data.get("suite", rootfs.DEFAULT_SUITE.name)),
             binds=tuple(Bind(Path(s), d, bool(ro)) for s, d, ro in data["binds"]),
             capabilities=tuple(data["capabilities"]),
+            address=str(data.get("address") or ""),
         )
 
 
@@ -279,6 +289,8 @@ def nspawn_argv(spec: HostSpec) -> list[str]:
     ]
     argv += [bind.nspawn_arg() for bind in spec.binds]
     argv += [f"--capability={cap}" for cap in spec.capabilities]
+    if spec.address:
+        argv.append(f"--network-bridge={isolation.BRIDGE}")
     return argv
 
 
@@ -376,11 +388,20 @@ def _prepare_host(spec: HostSpec, public_key: str) -> None:
     _write_in_host(root, "etc/hosts", rootfs.HOSTS_FILE + f"127.0.1.1\t{spec.name}\n")
     if not (_read_text(root / "etc/machine-id") or "").strip():
         _write_in_host(root, "etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
-    _write_in_host(
-        root,
-        "etc/ssh/sshd_config.d/20-acceldeploy-lab-listen.conf",
-        f"Port {spec.ssh_port}\nListenAddress 127.0.0.1\n",
-    )
+    listen = f"Port {spec.ssh_port}\n" + ("" if spec.address else "ListenAddress 127.0.0.1\n")
+    _write_in_host(root, "etc/ssh/sshd_config.d/20-acceldeploy-lab-listen.conf", listen)
+    unit = root / "etc/systemd/system" / NETWORK_UNIT
+    wants = root / "etc/systemd/system/multi-user.target.wants" / NETWORK_UNIT
+    if spec.address:
+        _write_in_host(
+            root, f"etc/systemd/system/{NETWORK_UNIT}", isolation.unit_file(spec.address)
+        )
+        wants.parent.mkdir(parents=True, exist_ok=True)
+        if not wants.is_symlink():
+            wants.symlink_to(f"/etc/systemd/system/{NETWORK_UNIT}")
+    else:
+        wants.unlink(missing_ok=True)
+        unit.unlink(missing_ok=True)
     (root / "root/.ssh").mkdir(mode=0o700, exist_ok=True)
     _write_in_host(root, "root/.ssh/authorized_keys", public_key, 0o600)
     if not (root / "etc/ssh/ssh_host_ed25519_key").exists():
@@ -395,6 +416,7 @@ def boot_host(
     capabilities: Sequence[str] = (),
     suite: rootfs.Suite = rootfs.DEFAULT_SUITE,
     say: Say = say_stdout,
+    address: str = "",
 ) -> HostSpec:
     """Start host lab<index> on the suite's rootfs under a detached supervisor; return at
     once (see wait_ready).
@@ -412,6 +434,7 @@ def boot_host(
         suite=suite,
         binds=tuple(Bind.of(b) for b in binds),
         capabilities=tuple(capabilities),
+        address=address,
     )
     digest = rootfs.recipe_digest(suite)
     digest_file = spec.data / "rootfs.digest"
@@ -441,21 +464,29 @@ def boot_host(
             start_new_session=True,
         )
     _write_atomic(spec.supervisor_pid_file, f"{proc.pid}\n")
-    say(f"{name}: booting {suite.name} (ssh 127.0.0.1:{ssh_port}, supervisor pid {proc.pid})")
+    say(f"{name}: booting {suite.name} (ssh {spec.ssh_host}:{ssh_port}, supervisor pid {proc.pid})")
     return spec
 
 
-def ssh_argv(key: Path, port: int, command: Sequence[str] = (), batch: bool = True) -> list[str]:
+def ssh_argv(
+    key: Path,
+    port: int,
+    command: Sequence[str] = (),
+    batch: bool = True,
+    host: str = "127.0.0.1",
+) -> list[str]:
     argv = ["ssh", "-i", str(key), "-p", str(port), *SSH_OPTIONS]
     if batch:
         argv += ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
-    return [*argv, "root@127.0.0.1", *command]
+    return [*argv, f"root@{host}", *command]
 
 
-def ssh_run(key: Path, port: int, command: str, timeout: float = 30.0) -> tuple[int, str]:
+def ssh_run(
+    key: Path, port: int, command: str, timeout: float = 30.0, host: str = "127.0.0.1"
+) -> tuple[int, str]:
     try:
         result = subprocess.run(
-            ssh_argv(key, port, [command]),
+            ssh_argv(key, port, [command], host=host),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -486,7 +517,9 @@ def wait_ready(
         for spec in list(pending):
             if supervisor_pid(spec.run) is None:
                 raise _boot_failure(spec, "stopped while booting")
-            _, state = ssh_run(key, spec.ssh_port, "systemctl is-system-running", timeout=10)
+            _, state = ssh_run(
+                key, spec.ssh_port, "systemctl is-system-running", timeout=10, host=spec.ssh_host
+            )
             last[spec.name] = state or "no ssh yet"
             if state and state not in ("initializing", "starting"):
                 states[spec.name] = state
@@ -501,7 +534,9 @@ def wait_ready(
     problems = []
     for spec in specs:
         if states[spec.name] != "running":
-            _, failed = ssh_run(key, spec.ssh_port, "systemctl --failed --no-legend --plain")
+            _, failed = ssh_run(
+                key, spec.ssh_port, "systemctl --failed --no-legend --plain", host=spec.ssh_host
+            )
             problems.append(
                 f"{spec.name}: is-system-running says {states[spec.name]}; failed units:\n"
                 + "\n".join(f"    {line}" for line in (failed or "(none listed)").splitlines())
@@ -539,8 +574,10 @@ def up(
     inventory: Path = DEFAULT_INVENTORY,
     timeout: float = BOOT_TIMEOUT,
     say: Say = say_stdout,
+    isolated: bool = False,
 ) -> Path:
-    """Start lab1..labN, host i booting suites[i-1]; hosts already running are left alone."""
+    """Start lab1..labN, host i booting suites[i-1]; hosts already running are left alone.
+    isolated: each host in its own network namespace on the lab bridge (lab/isolation.py)."""
     if not suites:
         raise LabError("--hosts must be at least 1")
     bind_list = [Bind.of(b) for b in binds]
@@ -568,8 +605,19 @@ def up(
     ]
     if on_other_suite:
         raise LabError(f"{'; '.join(on_other_suite)}: run `tools/lab.py down` first")
+    on_other_network = [
+        name
+        for name in sorted(running, key=host_index)
+        if bool(running_specs[name].address) != isolated
+    ]
+    if on_other_network:
+        mode = "isolated" if isolated else "shared-network"
+        raise LabError(
+            f"{', '.join(on_other_network)} running, not as {mode} hosts: "
+            "run `tools/lab.py down` first"
+        )
     to_start = [(i, n) for i, n in enumerate(names, start=1) if n not in running]
-    ports = {n: base_port + i - 1 for i, n in to_start}
+    ports = {n: 22 if isolated else base_port + i - 1 for i, n in to_start}
     suites_needed = list(dict.fromkeys(suites))
     stale = [s for s in suites_needed if not rootfs.is_current(paths.rootfs(s), s)]
     needed = ["systemd-nspawn", "ssh", "ssh-keygen", "mount", "umount"]
@@ -582,7 +630,8 @@ def up(
             *prereq.check_overlayfs(),
             *prereq.check_cgroup2(),
             *prereq.check_disk(paths.cache),
-            *prereq.check_ports_free(ports.values()),
+            *([] if isolated else prereq.check_ports_free(ports.values())),
+            *prereq.check_binaries(["ip", "nft"] if isolated else []),
             *prereq.check_paths_exist(b.src for b in bind_list),
         ]
     )
@@ -600,23 +649,30 @@ def up(
         except rootfs.RootfsError as exc:
             raise LabError(str(exc)) from exc
         key = ensure_key(paths)
+        if isolated:
+            try:
+                isolation.ensure_bridge()
+            except isolation.IsolationError as exc:
+                raise LabError(str(exc)) from exc
         specs: list[HostSpec] = []
         for name, suite in wanted.items():
             if name in running:
                 spec = running_specs[name]
-                say(f"{name}: already running (ssh 127.0.0.1:{spec.ssh_port}), left alone")
+                say(f"{name}: already running (ssh {spec.ssh_host}:{spec.ssh_port}), left alone")
                 if set(spec.binds) != set(bind_list):
                     say(f"{name}: runs with other bind mounts than asked; down/up to change them")
                 specs.append(spec)
             else:
+                index = host_index(name)
+                address = isolation.host_address(index) if isolated else ""
                 spec = boot_host(
-                    paths, host_index(name), ports[name], bind_list, suite=suite, say=say
+                    paths, index, ports[name], bind_list, suite=suite, say=say, address=address
                 )
                 specs.append(spec)
         with progress.step(f"boot: {', '.join(s.name for s in specs)} until systemd is running"):
             wait_ready(specs, key, timeout)
         say("all hosts: systemctl is-system-running = running")
-        hosts = [InventoryHost(s.name, s.index, s.ssh_port, s.suite.name) for s in specs]
+        hosts = [InventoryHost(s.name, s.index, s.ssh_port, s.suite.name, s.address) for s in specs]
         return write_inventory(inventory, hosts, key, paths.cache)
 
 
@@ -655,6 +711,8 @@ def down(
         deadline = time.monotonic() + timeout
         for name in names:
             _finish_stop(paths, name, pids[name], deadline, keep, say)
+        if isolation.remove_bridge():
+            say(f"the isolated lab's bridge {isolation.BRIDGE} and its filter removed")
     return names
 
 
@@ -666,6 +724,7 @@ class HostStatus:
     boot_id: str = "-"
     system: str = "-"
     suite: str = "-"
+    ssh_host: str = "127.0.0.1"
 
 
 def kept_suite(paths: LabPaths, name: str) -> str:
@@ -691,18 +750,21 @@ def status(paths: LabPaths) -> list[HostStatus]:
             spec.ssh_port,
             "cat /proc/sys/kernel/random/boot_id; systemctl is-system-running",
             timeout=15,
+            host=spec.ssh_host,
         )
         lines = out.splitlines()
         boot_id = lines[0] if lines else "-"
         system = lines[1] if len(lines) > 1 else ("unreachable" if code == 255 else "-")
-        rows.append(HostStatus(name, "running", port, boot_id, system, spec.suite.name))
+        rows.append(
+            HostStatus(name, "running", port, boot_id, system, spec.suite.name, spec.ssh_host)
+        )
     return rows
 
 
 def format_status(rows: Iterable[HostStatus]) -> str:
     table = [("HOST", "SUITE", "STATE", "SSH", "BOOT ID", "SYSTEM")]
     for row in rows:
-        port = f"127.0.0.1:{row.ssh_port}" if row.ssh_port else "-"
+        port = f"{row.ssh_host}:{row.ssh_port}" if row.ssh_port else "-"
         table.append((row.name, row.suite, row.state, port, row.boot_id, row.system))
     if len(table) == 1:
         return "no lab hosts (tools/lab.py up)"
@@ -719,7 +781,7 @@ def ssh_command(paths: LabPaths, name: str, command: Sequence[str]) -> list[str]
     if supervisor_pid(run) is None:
         raise LabError(f"{name} is not running (tools/lab.py status; tools/lab.py up)")
     spec = HostSpec.load(run)
-    return ssh_argv(paths.key, spec.ssh_port, command, batch=False)
+    return ssh_argv(paths.key, spec.ssh_port, command, batch=False, host=spec.ssh_host)
 
 
 def _main(argv: list[str]) -> int:

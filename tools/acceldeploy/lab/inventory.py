@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from acceldeploy.lab import isolation
 from acceldeploy.lab.rootfs import DEFAULT_SUITE, suite_named
 
 GROUP = "lab"
@@ -26,6 +27,8 @@ class InventoryHost:
     index: int
     ssh_port: int
     suite: str = DEFAULT_SUITE.name
+    # The isolated lab: the host's address on the lab bridge (sshd on port 22 there).
+    address: str = ""
 
 
 def inventory_data(
@@ -36,7 +39,7 @@ def inventory_data(
     entries: dict[str, Any] = {}
     for host in sorted(hosts, key=lambda h: h.index):
         entries[host.name] = {
-            "ansible_host": "127.0.0.1",
+            "ansible_host": host.address or "127.0.0.1",
             "ansible_port": host.ssh_port,
             "ansible_user": "root",
             "ansible_ssh_private_key_file": str(key.absolute()),
@@ -54,6 +57,11 @@ def inventory_data(
                 GROUP: {
                     "vars": {
                         "acceldeploy_platform": "cpu",
+                        # Where this machine serves an offline bundle to the hosts
+                        # (site.yml -e acceldeploy_bundle=DIR): its address on their network.
+                        "acceldeploy_bundle_listen": (
+                            isolation.CONTROLLER if any(h.address for h in hosts) else "127.0.0.1"
+                        ),
                         **({"python_env_wheel_cache": str(cache)} if cache else {}),
                     },
                     "hosts": entries,

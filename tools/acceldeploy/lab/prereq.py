@@ -19,6 +19,8 @@ BINARY_PACKAGES: dict[str, str] = {
     "ssh-keygen": "openssh-client",
     "mount": "mount",
     "umount": "mount",
+    "ip": "iproute2",
+    "nft": "nftables",
 }
 
 
