@@ -21,9 +21,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
 # tests after it that need vLLM on a host find that build and keep it (a no-op), instead of
 # each building the ~8 GB environment again.
 FIRST = ("test_python_env.py",)
-# Upgrades leave the hosts on other environments: after everything else (`make test-slow`).
-LAST = ("test_upgrade_lab.py",)
+# Upgrades leave the hosts on other environments, and the isolated lab replaces them: after
+# everything else (`make test-slow`).
+LAST = ("test_upgrade_lab.py", "test_bundle_isolated.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: (item.path.name not in FIRST, item.path.name in LAST))
+    def place(item: pytest.Item) -> tuple[bool, int]:
+        name = item.path.name
+        return name not in FIRST, LAST.index(name) + 1 if name in LAST else 0
+
+    items.sort(key=place)

@@ -5,6 +5,7 @@ final place, checked against every RECORD, and renamed into place only when inta
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import os
 import socket
@@ -61,12 +62,17 @@ def fake_env(root: Path) -> Path:
         "pkg/__init__.py": b"VALUE = 1\n",
         "pkg/data.bin": os.urandom(300_000),
         "../../../bin/pkg-cli": b"#!/opt/venv/bin/python\n",
+        "pkg/a,b.json": b"{}",
+        "pkg/__pycache__/__init__.cpython-311.pyc": b"stale after a recompile",
     }
+    (site / "pkg" / "__pycache__").mkdir()
     for path, data in files.items():
         (site / path).write_bytes(data)
-    lines = [f"{path},{record_hash(data)},{len(data)}" for path, data in files.items()]
-    lines.append("pkg-1.0.dist-info/RECORD,,")
-    (site / "pkg-1.0.dist-info" / "RECORD").write_text("\n".join(lines) + "\n")
+    rows = [[path, record_hash(data), str(len(data))] for path, data in files.items()]
+    rows.append(["pkg-1.0.dist-info/RECORD", "", ""])
+    with (site / "pkg-1.0.dist-info" / "RECORD").open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    (site / "pkg/__pycache__/__init__.cpython-311.pyc").write_bytes(b"recompiled since")
     (root / "bin" / "python").symlink_to("/usr/bin/python3")
     return root
 
@@ -92,7 +98,7 @@ def test_pull_places_a_checked_copy(served: tuple[str, Path], tmp_path: Path) ->
     staging = tmp_path / "puller" / "venv-k1"
     staging.parent.mkdir()
     result = pull_env(url, "t0ken", staging)
-    assert result["record_files_checked"] == 3
+    assert result["record_files_checked"] == 4
     assert result["bytes"] > 300_000
     site = staging / "lib" / "python3.11" / "site-packages"
     assert (site / "pkg" / "data.bin").read_bytes() == (
@@ -127,5 +133,5 @@ def test_verify_records_names_a_missing_file(tmp_path: Path) -> None:
     env = fake_env(tmp_path / "venv")
     (env / "bin" / "pkg-cli").unlink()
     checked, problems = verify_records(env)
-    assert checked == 2
+    assert checked == 3
     assert problems == ["pkg-1.0.dist-info: ../../../bin/pkg-cli missing"]

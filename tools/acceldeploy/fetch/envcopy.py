@@ -9,6 +9,7 @@ on every host of the class, so what was built there runs here unchanged.
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import hmac
 import http.server
@@ -92,17 +93,21 @@ def _record_digest(path: Path) -> str:
 
 
 def verify_records(env: Path) -> tuple[int, list[str]]:
-    """Every file each installed distribution's RECORD lists with a hash, re-hashed: (files
-    checked, problems)."""
+    """Every file each installed distribution's RECORD lists with a hash, re-hashed (bytecode
+    aside): (files checked, problems)."""
     checked = 0
     problems: list[str] = []
     for record in sorted(env.glob("lib*/python3*/site-packages/*.dist-info/RECORD")):
         site = record.parent.parent
-        for line in record.read_text(errors="replace").splitlines():
-            fields = line.rsplit(",", 2)
+        with record.open(newline="", errors="replace") as fh:
+            rows = list(csv.reader(fh))
+        for fields in rows:
             if len(fields) != 3 or not fields[1].startswith("sha256="):
                 continue
             path = fields[0]
+            # Bytecode is a cache Python rewrites from the (checked) sources when it is stale.
+            if path.endswith(".pyc"):
+                continue
             target = site / path
             if not target.is_file():
                 problems.append(f"{record.parent.name}: {path} missing")
