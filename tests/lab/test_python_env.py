@@ -116,15 +116,25 @@ def test_venv_from_the_controller_wheelhouse(
     first = run_playbook(PLAYBOOK, lab_inventory(), extra, limit=limit, timeout=1800)
     assert first.ok, first.output
     builds = first.results("Build | Install the pinned stack")
+    pulls = first.results("Fan-out | Pull the build from its builder")
     served = wheelserver.served(server, start)["tags"]
-    for name in hosts:
-        assert first.changed(name) > 0
-        delta = builds[name]["results"][0]["delta"]
-        got = served[name]
-        print(f"{name}: pip install {delta}; {got['wheels']} wheels, {got['wheel_bytes']} bytes "
-              f"from {server.url}/{name}/ (lock: {count} wheels, {size} bytes)")  # fmt: skip
-        assert got["wheels"] == count and got["max_fetches_per_wheel"] == 1
-        assert got["wheel_bytes"] == size and got["errors"] == 0
+    # One host class: the first host builds from the controller's wheels, the others pull the
+    # finished build from it (python_env_fanout) and fetch nothing from the controller.
+    builder, *pullers = hosts
+    delta = builds[builder]["results"][0]["delta"]
+    got = served[builder]
+    print(f"{builder}: pip install {delta}; {got['wheels']} wheels, {got['wheel_bytes']} bytes "
+          f"from {server.url}/{builder}/ (lock: {count} wheels, {size} bytes)")  # fmt: skip
+    assert got["wheels"] == count and got["max_fetches_per_wheel"] == 1
+    assert got["wheel_bytes"] == size and got["errors"] == 0
+    for name in pullers:
+        pulled = pulls[name]["pull"]
+        print(f"{name}: pulled {pulled['bytes']} bytes from {builder} in {pulled['seconds']} s, "
+              f"{pulled['record_files_checked']} files checked against their RECORDs")  # fmt: skip
+        assert pulled["bytes"] > size and pulled["record_files_checked"] > 10_000
+        assert name not in builds, builds[name]
+        assert served.get(name, {}).get("wheel_bytes", 0) == 0
+    assert all(first.changed(name) > 0 for name in hosts)
     assert set(served) <= {*hosts, wheelserver.NO_TAG}
     print(f"first run: {first.duration:.1f}s for {limit}")
 

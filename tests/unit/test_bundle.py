@@ -255,6 +255,10 @@ def test_server_serves_wheels_and_token_guarded_models(tmp_path: Path) -> None:
     (bundle / "models" / "org" / "tiny@main" / "extra.bin").write_bytes(b"not listed")
     assert _get(f"{model}/extra.bin", "t0ken")[0] == 404
     assert _get(f"{served.url}/m/org/../../wheels/x", "t0ken")[0] == 404
+    # The server logs a request after answering it: wait for the last line.
+    deadline = time.monotonic() + 10
+    while server.log_lines(log) < 11 and time.monotonic() < deadline:
+        time.sleep(0.05)
     counts = server.served_counts(log)
     assert counts["tags"]["lab1"]["wheel_bytes"] == 7000
     assert counts["tags"]["m"]["errors"] == 3

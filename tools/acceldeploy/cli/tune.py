@@ -250,7 +250,8 @@ def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, An
         print(f"{prog}: {args.service} was not restored as it was: {mask(str(state['restored']))}",
               file=sys.stderr)  # fmt: skip
         return 1
-    return 0 if best else 1
+    # No winner is a finding (exit 0); an --apply it refused is a failure of the command.
+    return 1 if config.apply_to and not best else 0
 
 
 def apply_winner(
