@@ -1,8 +1,9 @@
 """Serve an offline bundle (acceldeploy_bundle) to the hosts for this ansible-playbook run:
 the controller's read-only server (acceldeploy.bundle.server) bound to one address, with a
-fresh token for the models (passed on stdin, never in argv or a file), and tied to this run's
+fresh token for the models (passed on stdin, never in argv), and tied to this run's
 ansible-playbook process: it exits within a second of it, whether the play ends, fails or is
-interrupted. Returns the URL and the token (register it with no_log)."""
+interrupted. Returns the URL and the path of a 0600 file holding the token, which the server
+removes when it exits (read it with a lookup in a no_log task)."""
 
 from __future__ import annotations
 
@@ -47,8 +48,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         log = Path(str(args.get("request_log") or bundle.parent / f"{bundle.name}-requests.jsonl"))
         token = secrets.token_urlsafe(30)
         served = server.Served(bundle / "wheels", log, bundle / "models", listen, port, token)
+        token_file = log.with_name(f".{bundle.name}-{os.getppid()}.token")
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out_token:
+            out_token.write(token)
         # This task runs in a worker forked from ansible-playbook: its parent is the run.
-        argv = server.serve_argv(served, sys.executable, exit_with=os.getppid())
+        argv = server.serve_argv(
+            served, sys.executable, exit_with=os.getppid(), remove_at_exit=token_file
+        )
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         err = log.with_suffix(".out")
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +74,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if proc.poll() is not None:
+                token_file.unlink(missing_ok=True)
                 tail = err.read_text(errors="replace").splitlines()[-5:]
                 return {
                     **result,
@@ -77,7 +85,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 result.update(
                     changed=False,
                     url=served.url,
-                    token=token,
+                    token_file=str(token_file),
                     pid=proc.pid,
                     request_log=str(log),
                     lines_before=server.log_lines(log),
@@ -85,6 +93,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 return result
             time.sleep(0.1)
         proc.kill()
+        token_file.unlink(missing_ok=True)
         return {
             **result,
             "failed": True,

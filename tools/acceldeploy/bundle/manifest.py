@@ -18,7 +18,6 @@ written since (a flipped byte included) is hashed again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -27,23 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.fetch.common import hash_file
 
 MANIFEST = "bundle.json"
 FORMAT = 1
-CHUNK = 1 << 20
 KINDS = ("stack", "hub", "controller", "model")
 
 Progress = Callable[[int], None]
 
 
 def sha256_file(path: Path, progress: Progress | None = None) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-            if progress:
-                progress(len(chunk))
-    return digest.hexdigest()
+    return hash_file(path, "sha256", progress)
 
 
 class HashCache:

@@ -255,8 +255,9 @@ def _exit_with(pid: int, httpd: ThreadingHTTPServer) -> None:
     httpd.shutdown()
 
 
-def serve(served: Served, exit_with: int = 0) -> None:
-    """The server in the foreground, until SIGTERM / SIGINT or the end of ``exit_with``."""
+def serve(served: Served, exit_with: int = 0, remove_at_exit: Path | None = None) -> None:
+    """The server in the foreground, until SIGTERM / SIGINT or the end of ``exit_with``;
+    ``remove_at_exit`` (the run's token file) goes with it."""
     if not served.wheels.is_dir():
         raise ServerError(f"{served.wheels} is not a directory")
     check_listen(served.host)
@@ -276,9 +277,16 @@ def serve(served: Served, exit_with: int = 0) -> None:
         httpd.serve_forever(poll_interval=0.2)
     finally:
         httpd.server_close()
+        if remove_at_exit is not None:
+            remove_at_exit.unlink(missing_ok=True)
 
 
-def serve_argv(served: Served, python: str = sys.executable, exit_with: int = 0) -> list[str]:
+def serve_argv(
+    served: Served,
+    python: str = sys.executable,
+    exit_with: int = 0,
+    remove_at_exit: Path | None = None,
+) -> list[str]:
     """The command line of ``serve`` (the token is not in it: it is read from stdin)."""
     argv = [
         python,
@@ -298,6 +306,8 @@ def serve_argv(served: Served, python: str = sys.executable, exit_with: int = 0)
         argv += ["--models", str(served.models), "--token-stdin"]
     if exit_with:
         argv += ["--exit-with", str(exit_with)]
+    if remove_at_exit is not None:
+        argv += ["--remove-at-exit", str(remove_at_exit)]
     return argv
 
 
@@ -356,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--token-stdin", action="store_true", help="the models' token on stdin")
     srv.add_argument("--token-file", type=Path, default=None, help="the models' token (0600)")
     srv.add_argument("--exit-with", type=int, default=0, metavar="PID")
+    srv.add_argument("--remove-at-exit", type=Path, default=None, metavar="FILE")
     count = sub.add_parser("served", help="count a request log per tag")
     count.add_argument("--request-log", type=Path, required=True)
     count.add_argument("--since", type=int, default=0, metavar="LINE")
@@ -372,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         serve(
             Served(args.dir, args.request_log, args.models, args.host, args.port, token),
             args.exit_with,
+            args.remove_at_exit,
         )
     except ServerError as exc:
         print(f"bundle server: {exc}", file=sys.stderr)
