@@ -285,3 +285,56 @@ def test_server_exits_with_the_run(tmp_path: Path) -> None:
         assert not token_file.exists()
     finally:
         proc.kill()
+
+
+def test_references_by_path_and_sha256(tmp_path: Path) -> None:
+    """The operator's artefacts are named, not copied: a path and the sha256 the inventory
+    gives; a file the controller holds must match it; a path without a checksum is refused."""
+    from acceldeploy.bundle import build
+
+    image = tmp_path / "vllm-gaudi.tar"
+    image.write_bytes(b"docker save output")
+    digest = hashlib.sha256(b"docker save output").hexdigest()
+    gaudi = {"acceldeploy_platform": "gaudi", "gaudi_runtime_image_tarball": str(image)}
+    cache = manifest.HashCache(None)
+    found = build.references(
+        {
+            "g1": {**gaudi, "gaudi_runtime_image_tarball_checksum": digest},
+            "g2": gaudi | {"gaudi_runtime_image_tarball_checksum": digest.upper()},
+        },
+        cache,
+    )
+    assert found == [{"name": "vllm-gaudi.tar", "variable": "gaudi_runtime_image_tarball",
+                      "path": str(image), "sha256": digest, "hosts": ["g1", "g2"]}]  # fmt: skip
+    with pytest.raises(
+        AcceldeployError, match="does not match gaudi_runtime_image_tarball_checksum"
+    ):
+        build.references({"g1": {**gaudi, "gaudi_runtime_image_tarball_checksum": "0" * 64}}, cache)
+    ascend = {
+        "acceldeploy_platform": "ascend",
+        "ascend_runtime_cann_toolkit_package": "https://mirror.internal/cann-toolkit.run",
+    }
+    with pytest.raises(AcceldeployError, match=r"ascend_runtime_cann_checksums\.toolkit is empty"):
+        build.references({"a1": ascend}, cache)
+    (entry,) = build.references(
+        {"a1": ascend | {"ascend_runtime_cann_checksums": {"toolkit": "ab" * 32}}}, cache
+    )
+    assert entry["path"].startswith("https://") and entry["sha256"] == "ab" * 32
+
+
+def shutil_usage(free: int) -> object:
+    import shutil
+
+    return shutil._ntuple_diskusage(total=4 * free, used=3 * free, free=free)
+
+
+def test_room_is_checked_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acceldeploy.bundle import build
+
+    usage = shutil_usage(free=2**30)
+    monkeypatch.setattr(build.shutil, "disk_usage", lambda _: usage)
+    with pytest.raises(AcceldeployError, match=r"needs 4\.00 GiB more and 1\.00 GiB is free"):
+        build.check_room(tmp_path, 4 * 2**30)
+    build.check_room(tmp_path, 2**29)
