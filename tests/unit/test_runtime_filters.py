@@ -20,6 +20,7 @@ FILTERS = [
     "gaudi_runtime_hccl_argv",
     "gaudi_runtime_options",
     "python_env_fact",
+    "python_env_fanout_plan",
     "python_env_plan",
     "python_env_record_key",
     "python_env_state_spec",
