@@ -3,12 +3,12 @@ offline bundle (acceldeploy_bundle) on the controller, before any host is contac
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.bundle import check
+from acceldeploy.bundle import check, manifest
+from acceldeploy.downloads import wheelhouse
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import ModelSpec
 from acceldeploy.inventory.ansible_adapter import filters, plain
@@ -16,8 +16,7 @@ from acceldeploy.inventory.hostvars import hosts_vars
 
 
 def _hash_cache() -> Path:
-    cache = os.environ.get("ACCELDEPLOY_CACHE") or "/var/cache/acceldeploy"
-    return Path(cache) / "bundle-hashes.json"
+    return wheelhouse.cache_dir() / manifest.HASHES
 
 
 def acceldeploy_bundle_errors(bundle: str, play_hosts: Sequence[str], inventory: str) -> list[str]:

@@ -280,7 +280,7 @@ def build(
     say = _clock(started, say)
     by_class = classes(hosts)
     out.mkdir(parents=True, exist_ok=True)
-    hashes = manifest.HashCache(cache / "bundle-hashes.json")
+    hashes = manifest.HashCache(cache / manifest.HASHES)
     refs = references(hosts, hashes)
     wanted = wanted_models(hosts)
     say(f"{len(hosts)} hosts in {len(by_class)} host classes, {len(wanted)} models")

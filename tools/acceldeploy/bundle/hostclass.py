@@ -12,13 +12,14 @@ each host really is (``probe_errors``).
 
 from __future__ import annotations
 
-import re
+import posixpath
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.targets import table
+from acceldeploy.runtimes.python_env import PYTHON_NAME
 
 ARCHES = ("x86_64", "aarch64")
 DEFAULT_ARCH = "x86_64"
@@ -26,7 +27,6 @@ DEFAULT_ARCH = "x86_64"
 # collects. Ascend's stack is built from its source tags (python_env_install_from) in a conda
 # env, and Gaudi's lives in its image (a reference of the bundle).
 WHEEL_PLATFORMS = ("cpu",)
-_VERSIONED = re.compile(r"python(3\.\d+)$")
 
 
 @dataclass(frozen=True, order=True)
@@ -64,8 +64,9 @@ def releases() -> dict[str, Mapping[str, Any]]:
 
 
 def _python_of(command: str, default: str) -> str:
-    match = _VERSIONED.search(str(command or ""))
-    return match.group(1) if match else default
+    """The CPython an interpreter's name shows (python3.13), as python_env reads it."""
+    match = PYTHON_NAME.fullmatch(posixpath.basename(str(command or "")))
+    return f"{match[1]}.{match[2]}" if match and match[2] is not None else default
 
 
 def host_class(host: str, hostvars: Mapping[str, Any]) -> HostClass:

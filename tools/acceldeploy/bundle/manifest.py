@@ -29,6 +29,8 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import hash_file
 
 MANIFEST = "bundle.json"
+# In the controller's cache: the digests HashCache remembers, for build and preflight alike.
+HASHES = "bundle-hashes.json"
 FORMAT = 1
 KINDS = ("stack", "hub", "controller", "model")
 

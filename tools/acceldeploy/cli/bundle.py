@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -13,15 +12,12 @@ from typing import Any
 
 from acceldeploy.bundle import build, manifest, server
 from acceldeploy.cli.common import Parents, command
+from acceldeploy.downloads import wheelhouse
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import GIB
 from acceldeploy.inventory.hostvars import hosts_vars
 
 DEFAULT_PORT = 8093
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ACCELDEPLOY_CACHE") or "/var/cache/acceldeploy")
 
 
 def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
@@ -80,7 +76,7 @@ def _size(data: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    cache = cache_dir()
+    cache = wheelhouse.cache_dir()
     if args.bundle_command == "build":
         hosts = hosts_vars(args.inventory, args.limit)
         if not hosts:
