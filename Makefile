@@ -51,10 +51,11 @@ host-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	     debootstrap systemd-container nftables >/dev/null)
 
-# The lab: wheel cache, tiny model and mirror prepared once into $(CACHE); the mirror and the
-# wheel server (pip find-links for the hosts) started; then the hosts.
+# The lab: wheel cache, tiny model, mirror and the hosts' Debian tree prepared once into
+# $(CACHE) (debootstrap beside the downloads); the mirror and the wheel server (pip find-links
+# for the hosts) started; then the hosts.
 lab: venv host-deps
-	$(BIN)/python tools/lab.py prepare > /dev/null
+	$(BIN)/python tools/lab.py prepare --rootfs bookworm > /dev/null
 	$(BIN)/python tools/lab.py mirror start > /dev/null
 	$(BIN)/python tools/lab.py wheels start > /dev/null
 	$(BIN)/python tools/lab.py up --hosts $(LAB_HOSTS)
