@@ -225,7 +225,7 @@ def test_leaking_degraded_service_is_growing_refused_as_another_argv_and_regress
     # measured), so both comparisons here allow that; the degraded service is far beyond it.
     code, output, _ = bench("--profile", "smoke", "--limit", "lab1", "--baseline", str(smoke),
                             *LAB_TOLERANCE, out=out / "again")  # fmt: skip
-    assert code == 0 and "regression:" not in output, output[-3000:]
+    assert code == 0 and ": regressed (" not in output, output[-3000:]
     group = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())
     (spec,) = group["acceldeploy_services"]
     degraded = {**spec, "env": {**spec["env"], "PYTHONPATH": LEAK_DIR},
@@ -247,7 +247,7 @@ def test_leaking_degraded_service_is_growing_refused_as_another_argv_and_regress
         assert device["per_round_mib"] > 60, device  # 30 requests x 4 MiB per round
         figures = {r["figure"] for r in summary["regressions"]}
         assert figures & {"request_throughput", "p99_ttft_ms"}, summary["regressions"]
-        assert "regression: lab1/qwen3-vl:" in output
+        assert "lab1/qwen3-vl: request_throughput " in output and ": regressed (" in output
     finally:
         back = run_playbook("playbooks/serve.yml", INVENTORY, limit="lab1", timeout=1800)
         assert back.ok, back.output[-4000:]

@@ -215,3 +215,17 @@ def test_the_tools_refuse_a_worker_in_one_line(inventory, tool, args):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "its head npu-01 serves it" in proc.stderr
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(("runs", "says"), [("1", "must be >= 2, got 1"),
+                                            ("21", "must be <= 20, got 21"),
+                                            ("three", "must be a whole number, got 'three'")])  # fmt: skip
+def test_tune_runs_out_of_bounds_is_refused_naming_the_option(
+    inventory, contacts, capsys, runs, says
+):
+    with pytest.raises(SystemExit) as exit_:
+        tune(inventory, "npu-01", "max_num_seqs=4,8", "--runs", runs)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --runs: " + says in err, err
+    assert contacts == []

@@ -189,7 +189,7 @@ def service(host: str, rps: list[float], ttft: list[float], key: dict | None = N
         "key": key or {"argv_sha256": "a", "profile": "smoke"},
         "points": [{
             "rate": "inf",
-            "runs": [],
+            "runs": [dict(zip(values, r, strict=True)) for r in zip(*values.values(), strict=True)],
             "median": {k: sorted(v)[len(v) // 2] for k, v in values.items()},
             "spread": {k: verdict.spread(v) for k, v in values.items()},
         }],
@@ -199,16 +199,44 @@ def service(host: str, rps: list[float], ttft: list[float], key: dict | None = N
 
 def test_baseline_like_with_like():
     healthy = {"services": [service("lab1", [4.0, 4.1, 3.9], [200, 210, 190])]}
-    assert baseline.compare(healthy, healthy, 0.1) == []
+    same = baseline.compare(healthy, healthy, 0.1)
+    assert {c["state"] for c in same} == {"within noise"} and baseline.regressions(same) == []
     slow = {"services": [service("lab1", [1.0, 1.1, 0.9], [900, 950, 910])]}
-    found = baseline.compare(slow, healthy, 0.1)
+    found = baseline.regressions(baseline.compare(slow, healthy, 0.1))
     assert {r["figure"] for r in found} == {"request_throughput", "p99_ttft_ms"}
+    (rps,) = [r for r in found if r["figure"] == "request_throughput"]
+    assert rps["text"] == (
+        "lab1/qwen3-vl: request_throughput 4 [3.83, 4.17] -> 1 [0.831, 1.17]: regressed "
+        "(tolerance 0.4)"
+    )
+    better = baseline.compare(healthy, slow, 0.1)
+    assert {c["figure"]: c["state"] for c in better}["request_throughput"] == "improved"
     baseline.check_keys(healthy, {("lab1", "qwen3-vl"): {"argv_sha256": "a", "profile": "smoke"}})
     baseline.check_keys(healthy, {("lab9", "qwen3-vl"): {"argv_sha256": "b"}})  # not in it
     with pytest.raises(AcceldeployError, match="argv_sha256: 'a' -> 'b'"):
         baseline.check_keys(
             healthy, {("lab1", "qwen3-vl"): {"argv_sha256": "b", "profile": "smoke"}}
         )
+
+
+def test_a_change_inside_the_rounds_noise_or_the_tolerance_is_within_noise():
+    then = {"services": [service("lab1", [4.0, 5.0, 3.0], [200, 210, 190])]}
+    noisy = {"services": [service("lab1", [3.0, 4.2, 2.4], [200, 210, 190])]}  # gap < noise
+    small = {"services": [service("lab1", [3.6, 3.62, 3.64], [200, 210, 190])]}  # apart, < 10%
+    tight = {"services": [service("lab1", [3.9, 4.0, 4.1], [200, 210, 190])]}
+    for now, old in ((noisy, then), (small, tight)):
+        states = {c["figure"]: c["state"] for c in baseline.compare(now, old, 0.1)}
+        assert states["request_throughput"] == "within noise"
+    apart = {c["figure"]: c["state"] for c in baseline.compare(small, tight, 0.01)}
+    assert apart["request_throughput"] == "regressed"
+
+
+def test_kept_memory_beyond_the_floor_regresses():
+    then = {"services": [service("lab1", [4.0], [1])]}
+    now = {"services": [service("lab1", [4.0], [1])]}
+    now["services"][0]["memory"]["devices"]["d"]["phases"]["after round 3 @ inf"] = 400.0
+    (kept,) = [c for c in baseline.compare(now, then, 0.1) if c["figure"].startswith("kept")]
+    assert kept["state"] == "regressed" and kept["baseline"] == 50.0 and kept["now"] == 300.0
 
 
 def test_another_argv_is_named_flag_by_flag():

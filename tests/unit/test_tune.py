@@ -1,6 +1,6 @@
 """tools/tune.py's decisions: the space and SLA it accepts (and what it refuses, naming the
 variable, before any restart), the planner's verdict per point, the drop-in it writes, the
-pass rule, the winner and the pruning."""
+pass rule and the pruning (the runs, the decision, the table and the plot: test_tune_runs.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.serving.hostplan import host_plan
 from acceldeploy.tune import dropin, space
-from acceldeploy.tune.search import Candidate, evaluate, pruned_by, winner
+from acceldeploy.tune.search import Candidate, evaluate, pruned_by
 
 ROOT = Path(__file__).resolve().parents[2]
 ASCEND = (str(ROOT / "inventory/examples/ascend-910b"), "npu-01")
@@ -136,16 +136,6 @@ def test_pass_rule_sla_headroom_preemptions_verdict():
     assert evaluate(summary(4.0, verdict="growing"), 512, 4096)["why_not"] == ["memory growing"]
 
 
-def test_winner_is_the_fastest_passing_point_ties_to_less_memory():
-    rows = [
-        {"label": "a", "passes": True, "throughput": 4.0, "peak_mib": 900.0},
-        {"label": "b", "passes": True, "throughput": 4.0, "peak_mib": 800.0},
-        {"label": "c", "passes": False, "throughput": 9.0, "peak_mib": 100.0},
-    ]
-    assert winner(rows)["label"] == "b"
-    assert winner(rows[2:]) is None
-
-
 def test_a_miss_at_the_lowest_rate_prunes_the_rest_of_the_inner_axis():
     rows = [{"status": "measured", "best_rate": None, "label": "x",
              "point": {"max_num_seqs": 1, "kv_cache_space_gib": 1}}]  # fmt: skip
@@ -181,18 +171,3 @@ def test_apply_changes_only_the_winners_keys_and_keeps_comments(tmp_path):
     )
     with pytest.raises(AcceldeployError, match="no service named other"):
         apply.apply_point(source, "other", {"max_num_seqs": 4})
-
-
-def test_pareto_plot_shows_a_point_that_missed_at_its_lowest_rate(tmp_path):
-    from PIL import Image
-
-    from acceldeploy.cli.tune import plot_pareto
-
-    met = {"label": "max_num_seqs=8", "throughput": 1.96, "p99_ttft_ms": 417.0, "peak_mib": 2524.0}
-    missed = {"label": "max_num_seqs=1", "throughput": None, "p99_ttft_ms": None,
-              "peak_mib": 2518.0, "lowest": {"rate": "1", "throughput": 0.45, "p99_ttft_ms": 8070.0}}  # fmt: skip
-    plot_pareto([met, missed], met, 1500.0, tmp_path / "pareto.png")
-    plot_pareto([missed], None, None, tmp_path / "missed.png")  # nothing met: still a plot
-    for name in ("pareto.png", "missed.png"):
-        with Image.open(tmp_path / name) as image:
-            assert image.format == "PNG" and image.width >= 600

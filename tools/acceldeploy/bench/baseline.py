@@ -1,6 +1,6 @@
-"""A run against its baseline: like with like (the key must match), and a regression is a
-change in the bad direction beyond max(tolerance, the spreads measured across the rounds of
-both runs)."""
+"""A run against its baseline: like with like (the key must match), and each figure
+regressed, improved or within noise: a change beyond the tolerance whose intervals across
+the two runs' rounds (bench/interval.py) lie apart."""
 
 from __future__ import annotations
 
@@ -9,13 +9,17 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.bench.summary import HIGHER, LOWER
+from acceldeploy.bench import interval
+from acceldeploy.bench.formatting import significant, spread
+from acceldeploy.bench.summary import FIGURES, HIGHER, round_intervals
 from acceldeploy.errors import AcceldeployError
 
 DEFAULT_TOLERANCE = 0.10  # share of the baseline's figure
 KEPT_MEMORY_FLOOR_MIB = 64.0
 # A host whose throughput is this share below the fleet median (same service and key).
 OUTLIER_SHARE = 0.25
+# A figure's state against its baseline, by the side its change is on (better +1, worse -1).
+STATES = {1: "improved", -1: "regressed", 0: "within noise"}
 
 
 def load(directory: Path) -> dict[str, Any]:
@@ -99,8 +103,11 @@ def check_keys(then: dict[str, Any], keys: dict[tuple[str, str], dict[str, Any]]
 
 
 def compare(now: dict[str, Any], then: dict[str, Any], tolerance: float) -> list[dict[str, Any]]:
-    """Regressions (empty: none) of the services both runs hold."""
-    regressions = []
+    """Each figure of the services both runs hold, against the baseline: "regressed" or
+    "improved" when the two runs' intervals across their rounds lie apart and the medians
+    differ by more than the tolerance, else "within noise"; memory kept after the rounds
+    against the tolerance and a floor."""
+    found = []
     before = _index(then)
     for where, service in _index(now).items():
         old = before.get(where)
@@ -109,41 +116,51 @@ def compare(now: dict[str, Any], then: dict[str, Any], tolerance: float) -> list
         point, old_point = _point(service), _point(old)
         if point is None or old_point is None:
             continue
-        for figure in (*HIGHER, *LOWER):
-            a, b = old_point["median"].get(figure), point["median"].get(figure)
-            if a is None or b is None:
-                continue
-            # each median may sit anywhere within its run's half-range: the two together
-            noise = point["spread"].get(figure, 0.0) + old_point["spread"].get(figure, 0.0)
-            allowed = max(tolerance * abs(a), noise)
-            worse = (a - b) if figure in HIGHER else (b - a)
-            if worse > allowed:
-                regressions.append(_regression(where, figure, a, b, allowed))
+        intervals, old_intervals = (
+            round_intervals(point["runs"]),
+            round_intervals(old_point["runs"]),
+        )
+        for figure in FIGURES:
+            a, b = old_intervals.get(figure), intervals.get(figure)
+            if a is not None and b is not None:
+                allowed = tolerance * abs(a.median)
+                found.append(_comparison(where, figure, a, b, allowed, figure in HIGHER))
         old_kept = kept_memory(old)
         for device, kept in kept_memory(service).items():
             if device in old_kept:
-                allowed = max(tolerance * abs(old_kept[device]), KEPT_MEMORY_FLOOR_MIB)
-                if kept - old_kept[device] > allowed:
-                    regressions.append(
-                        _regression(
-                            where, f"kept memory {device} (MiB)", old_kept[device], kept, allowed
-                        )
-                    )
-    return regressions
+                a, b = interval.single(old_kept[device]), interval.single(kept)
+                allowed = max(tolerance * abs(a.median), KEPT_MEMORY_FLOOR_MIB)
+                figure = f"kept memory {device} (MiB)"
+                found.append(_comparison(where, figure, a, b, allowed, False))
+    return found
 
 
-def _regression(
-    where: tuple[str, str], figure: str, then: float, now: float, allowed: float
+def regressions(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in comparisons if c["state"] == "regressed"]
+
+
+def _comparison(
+    where: tuple[str, str],
+    figure: str,
+    then: interval.Interval,
+    now: interval.Interval,
+    allowed: float,
+    higher_is_better: bool,
 ) -> dict[str, Any]:
+    side = interval.apart(then, now) * (1 if higher_is_better else -1)
+    state = STATES[side] if abs(now.median - then.median) > allowed else STATES[0]
     return {
         "host": where[0],
         "service": where[1],
         "figure": figure,
-        "baseline": round(then, 3),
-        "now": round(now, 3),
+        "baseline": round(then.median, 3),
+        "now": round(now.median, 3),
+        "baseline_interval": then.to_dict(),
+        "now_interval": now.to_dict(),
         "allowed": round(allowed, 3),
-        "text": f"{where[0]}/{where[1]}: {figure} {then:.3g} -> {now:.3g} "
-        f"(worse by more than {allowed:.3g})",
+        "state": state,
+        "text": f"{where[0]}/{where[1]}: {figure} {spread(then)} -> {spread(now)}: {state} "
+        f"(tolerance {significant(allowed)})",
     }
 
 

@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy.bench import series
+from acceldeploy.bench.formatting import spread
+from acceldeploy.bench.interval import METHOD
 from acceldeploy.bench.series import Sample
+from acceldeploy.bench.summary import round_intervals
 
+TABLE_FIGURES = ("request_throughput", "p99_ttft_ms", "p99_tpot_ms")
 PLOTS = ("memory.png", "metrics.png", "throughput-latency.png")
 METRIC_KEYS = ("kv_cache_usage", "running", "waiting", "preemptions",
                "prefix_cache_hits", "mm_cache_hits")  # fmt: skip
@@ -148,6 +152,18 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
 
 
+def figures_line(service: dict[str, Any]) -> str | None:
+    """`lab1/qwen3-vl: 4.02 [3.91, 4.13] req/s, p99 TTFT ...`: a single-rate run's figures
+    across its rounds (None for a rate sweep: its rates are in sla.json and the plots)."""
+    if len(service["points"]) != 1:
+        return None
+    found = round_intervals(service["points"][0]["runs"])
+    units = {"request_throughput": "req/s", "p99_ttft_ms": "ms p99 TTFT",
+             "p99_tpot_ms": "ms p99 TPOT"}  # fmt: skip
+    figures = ", ".join(f"{spread(found.get(f))} {units[f]}" for f in TABLE_FIGURES)
+    return f"{service['host']}/{service['service']}: {figures}"
+
+
 def write_html(run: dict[str, Any], run_dir: Path) -> Path:
     parts = [
         "<!doctype html><meta charset=utf-8><title>acceldeploy bench</title>",
@@ -155,21 +171,25 @@ def write_html(run: dict[str, Any], run_dir: Path) -> Path:
         "td,th{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}"
         "img{max-width:100%}</style>",
         f"<h1>Bench {html.escape(run['run'])}: profile {html.escape(run['profile']['name'])}</h1>",
+        f"<p>Figures: the median of the rounds [{METHOD}].</p>",
         "<table><tr><th>host</th><th>service</th><th>verdict</th><th>req/s</th>"
         "<th>p99 TTFT ms</th><th>p99 TPOT ms</th></tr>",
     ]
     for s in run["services"]:
-        median = s["points"][0]["median"] if s["points"] else {}
+        found = round_intervals(s["points"][0]["runs"]) if s["points"] else {}
         parts.append(
             "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
                 s["host"], s["service"], s["verdict"]["state"],
-                _fmt(median.get("request_throughput")), _fmt(median.get("p99_ttft_ms")),
-                _fmt(median.get("p99_tpot_ms")))) + "</tr>"
+                *(spread(found.get(f)) for f in TABLE_FIGURES))) + "</tr>"
         )  # fmt: skip
     parts.append("</table>")
-    for key in ("regressions", "outliers"):
-        if run.get(key):
-            parts.append(f"<h2>{key}</h2><pre>{html.escape(json.dumps(run[key], indent=1))}</pre>")
+    if run.get("comparisons"):
+        lines = "\n".join(c["text"] for c in run["comparisons"])
+        parts.append(f"<h2>against the baseline</h2><pre>{html.escape(lines)}</pre>")
+    if run.get("outliers"):
+        parts.append(
+            f"<h2>outliers</h2><pre>{html.escape(json.dumps(run['outliers'], indent=1))}</pre>"
+        )
     for s in run["services"]:
         where = run_dir / s["host"] / s["service"]
         parts.append(f"<h2>{html.escape(s['host'])} / {html.escape(s['service'])}</h2>")
@@ -182,7 +202,3 @@ def write_html(run: dict[str, Any], run_dir: Path) -> Path:
     path = run_dir / "report.html"
     path.write_text("\n".join(parts))
     return path
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.3g}"

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.bench import series, verdict
+from acceldeploy.bench import interval, series, verdict
+from acceldeploy.bench.formatting import mib, percent
 from acceldeploy.bench.series import Sample
 
 # vLLM result keys compared across rounds and against baselines (higher or lower is better).
@@ -29,9 +30,22 @@ def point_summaries(run_dir: Path) -> list[dict[str, Any]]:
                 "runs": kept,
                 "median": {f: verdict.median(v) for f, v in values.items() if v},
                 "spread": {f: verdict.spread(v) for f, v in values.items() if v},
+                "interval": {f: i.to_dict() for f, i in round_intervals(kept).items()},
             }
         )
     return points
+
+
+def round_intervals(runs: list[dict[str, Any]]) -> dict[str, interval.Interval]:
+    """Per figure, its interval across a bench point's rounds (`runs`: vLLM's result per round;
+    a baseline written before the interval was kept has them too)."""
+    found = {}
+    for figure in FIGURES:
+        values = [float(r[figure]) for r in runs if r.get(figure) is not None]
+        one = interval.of(values)
+        if one is not None:
+            found[figure] = one
+    return found
 
 
 def _round_phases(phases: list[str]) -> list[tuple[str, str]]:
@@ -98,16 +112,16 @@ def held_by(memory: dict[str, Any], metrics: dict[str, Any], phases: list[str]) 
     """What the plateau is made of, where it can be read."""
     parts = []
     if metrics["kv_cache_usage_max"] is not None:
-        parts.append(f"KV cache up to {100 * metrics['kv_cache_usage_max']:.1f}% used")
+        parts.append(f"KV cache up to {percent(metrics['kv_cache_usage_max'])} used")
     hits = [r["mm_cache_hit_rate"] for r in metrics["rounds"] if r["mm_cache_hit_rate"]]
     if hits:
-        parts.append(f"mm processor cache hit rate up to {100 * max(hits):.0f}%")
+        parts.append(f"mm processor cache hit rate up to {percent(max(hits))}")
     after = [p for p in phases if p.startswith("after round ")]
     if "after reset_mm_cache" in phases and after:
         for device, data in memory.items():
             last, reset = data["phases"].get(after[-1]), data["phases"].get("after reset_mm_cache")
             if last is not None and reset is not None:
-                parts.append(f"{device}: {reset - last:+.0f} MiB after /reset_mm_cache")
+                parts.append(f"{device}: {mib(reset - last, sign=True)} MiB after /reset_mm_cache")
     return "; ".join(parts)
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import jsonschema
 
-from acceldeploy.bench import baseline, profiles, report
+from acceldeploy.bench import baseline, interval, profiles, report
+from acceldeploy.bench.formatting import significant
 from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
 from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import PROG, Parents
@@ -88,14 +89,10 @@ def live_table(targets: list[Target]) -> Any:
         table.add_row(
             t.host, t.service, str(s.get("phase", "")),
             f"{s.get('round', '')}" + (f" @ {s.get('rate')}" if s.get("rate") else ""),
-            _fmt(s.get("throughput")), _fmt(s.get("p99_ttft_ms")),
+            significant(s.get("throughput")), significant(s.get("p99_ttft_ms")),
             str(s.get("verdict") or s.get("error") or s.get("event", "starting"))[:80],
         )  # fmt: skip
     return table
-
-
-def _fmt(value: Any) -> str:
-    return "" if value is None else f"{float(value):.3g}"
 
 
 def run_document(
@@ -114,6 +111,7 @@ def run_document(
             if t.state.get("event") == "error"
         ],
         "baseline": None if args.baseline is None else str(args.baseline),
+        "comparisons": [],
         "regressions": [],
         "outliers": baseline.outliers({"services": services}),
     }
@@ -160,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     print()
     run = run_document(run_id, args, targets, services)
     if then is not None:
-        run["regressions"] = baseline.compare(run, then, args.tolerance)
+        run["comparisons"] = baseline.compare(run, then, args.tolerance)
+        run["regressions"] = baseline.regressions(run["comparisons"])
     jsonschema.validate(run, json.loads(SCHEMA.read_text()))
     (out / "summary.json").write_text(json.dumps(run, indent=1))
     report.write_html(run, out)
@@ -170,16 +169,23 @@ def run(args: argparse.Namespace) -> int:
     for service in services:
         for device in service["verdict"]["devices"]:
             print(f"{service['host']}/{service['service']}: {device['state']}: {device['reason']}")
+    lines = [line for line in map(report.figures_line, services) if line]
+    if lines:
+        print(f"figures: the median of the rounds [{interval.METHOD}]")
+    for line in lines:
+        print(f"  {line}")
     for service in services:
         if service["sla"]:
             print(sla_line(service))
-    for regression in run["regressions"]:
-        print(f"regression: {regression['text']}")
+    if run["comparisons"]:
+        print(f"against {args.baseline} (median [{interval.METHOD} over the rounds]):")
+    for comparison in run["comparisons"]:
+        print(f"  {comparison['text']}")
     for outlier in run["outliers"]:
         where = f"{outlier['host']}/{outlier['service']}"
         print(
-            f"outlier: {where}: {outlier['request_throughput']:.3g} req/s, "
-            f"fleet median {outlier['fleet_median']:.3g}"
+            f"outlier: {where}: {significant(outlier['request_throughput'])} req/s, "
+            f"fleet median {significant(outlier['fleet_median'])}"
         )
     print(f"results: {out} (summary.json, report.html)")
     bad = (

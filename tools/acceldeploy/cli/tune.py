@@ -1,8 +1,10 @@
 """`acceldeploy tune` (tools/tune.py): seed 002's loop on one service, by itself. Each point of
 a grid of service keys runs on the real service (a runtime drop-in, restart, the bench profile
-with an SLA rate search, memory and metrics); the planner skips points that cannot start; the
-best point that meets the SLA and a memory headroom is proposed as an inventory snippet. The
-service is put back on its deployed flags at the end, on failure and on Ctrl-C."""
+with an SLA rate search, memory and metrics) --runs times, interleaved with the deployed
+flags (point 0); the planner skips points that cannot start. A point that meets the SLA and a
+memory headroom in every run, and beats the deployed flags beyond the noise (a 90% Student-t
+interval of the paired gain), is proposed as an inventory snippet. The service is put back on
+its deployed flags at the end, on failure and on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from typing import Any
 import yaml
 
 from acceldeploy.bench import profiles
+from acceldeploy.bench.formatting import significant
+from acceldeploy.bench.interval import METHOD
 from acceldeploy.bench.profiles import Profile, Sweep
 from acceldeploy.bench.runner import Target, read_deployed, run_target
 from acceldeploy.cli.argtypes import bounded
@@ -26,9 +30,12 @@ from acceldeploy.secrets import mask
 from acceldeploy.serving import selection
 from acceldeploy.serving.hostplan import HostPlan
 from acceldeploy.serving.unit import ServiceUnit
-from acceldeploy.tune import apply, dropin, space
-from acceldeploy.tune.search import Candidate, evaluate, load_state, save_state, search, winner
+from acceldeploy.tune import apply, decision, dropin, estimate, space
+from acceldeploy.tune import report as shown
+from acceldeploy.tune.search import Budget, Candidate, evaluate, load_state, save_state, search
 from acceldeploy.verify.runner import connection
+
+MAX_RUNS = 20
 
 
 def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
@@ -46,6 +53,10 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
         "--sla", required=True, help="'p99_ttft<=2s,p99_tpot<=100ms' (replaces the profile's)"
     )
     parser.add_argument("--headroom-mib", type=bounded(float, 0), default=2048.0)
+    parser.add_argument(
+        "--runs", type=bounded(int, 2, MAX_RUNS), default=3,
+        help=f"runs of every point and of the deployed flags, 2..{MAX_RUNS} (one has no interval)",
+    )  # fmt: skip
     parser.add_argument("--max-minutes", type=bounded(float, 0, above=True), default=60.0)
     parser.add_argument("--out", type=Path, default=Path("tune-results"))
     parser.add_argument("--resume", type=Path, help="continue the search in this directory")
@@ -96,13 +107,15 @@ def setup(args: argparse.Namespace) -> Setup:
     given[args.profile] = {**given.get(args.profile, {}), "sla": sla}
     profile = profiles.pick(given, args.profile, base)
     profile = dataclasses.replace(profile, sweep=profile.sweep or Sweep())
-    candidates = [plan_point(hv, specs, args.service, point) for point in space.points(axes)]
-    if all(c.reason for c in candidates):
-        first = candidates[0]
+    grid = [plan_point(hv, specs, args.service, point) for point in space.points(axes)]
+    if all(c.reason for c in grid):
+        first = grid[0]
         raise AcceldeployError(
-            f"--space: the planner refuses all {len(candidates)} point(s); "
-            f"{first.label}: {first.reason}"
+            f"--space: the planner refuses all {len(grid)} point(s); {first.label}: {first.reason}"
         )
+    deployed = dataclasses.replace(plan_point(hv, specs, args.service, {}), deployed=True)
+    if deployed.reason:
+        raise AcceldeployError(f"{args.service} as deployed: {deployed.reason}")
     apply_to = None
     if args.apply:
         groups = [*hv.get("group_names", []), "all"]
@@ -110,7 +123,9 @@ def setup(args: argparse.Namespace) -> Setup:
     settings = {
         "host": args.host, "service": args.service, "profile": profile.to_dict(),
         "space": args.space, "sla_ms": sla, "headroom_mib": args.headroom_mib,
+        "runs": args.runs,
     }  # fmt: skip
+    candidates = [deployed, *grid]
     return Setup(args.host, hv, spec, profile, candidates, settings, plan, unit, apply_to)
 
 
@@ -165,11 +180,11 @@ def run(args: argparse.Namespace) -> int:
         raise AcceldeployError(
             f"--resume {out}: the search was started with other {', '.join(changed)}"
         )
-    note = refused_note(config.candidates)
+    note = refused_note(config.candidates[1:])
     if note:
         print(f"{getattr(args, PROG)}: {mask(note)}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
-    state = state or {"settings": config.settings, "points": []}
+    state = state or {"settings": config.settings, "runs": [], "skipped": {}, "points": []}
     return tune(args, config, out, state)
 
 
@@ -185,8 +200,11 @@ def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, An
     before = dropin.fingerprint(conn, deployed_unit)
     total = total_memory_mib(conn, config.plan.platform)
 
-    def measure(candidate: Candidate) -> dict[str, Any]:
-        started = dropin.apply(conn, candidate.unit, candidate.label)
+    def measure(candidate: Candidate, cycle: int) -> dict[str, Any]:
+        if candidate.deployed:
+            started = dropin.remove(conn, args.service)
+        else:
+            started = dropin.apply(conn, candidate.unit, candidate.label)
         if not started.ok:
             reason = " | ".join(started.journal[-6:])
             return {"status": "failed to start", "ready_seconds": started.seconds,
@@ -194,15 +212,17 @@ def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, An
         target = Target(config.host, candidate.hostvars, candidate.plan, candidate.unit,
                         candidate.launch, config.profile)  # fmt: skip
         read_deployed(target, args.timeout)
-        summary = run_target(target, out.name, out / "points" / slug(candidate.label),
-                             False, lambda: None, args.timeout)  # fmt: skip
+        where = out / "points" / slug(candidate.label) / f"run-{cycle}"
+        summary = run_target(target, out.name, where, False, lambda: None, args.timeout)
         return {"status": "measured", "ready_seconds": started.seconds,
                 **evaluate(summary, args.headroom_mib, total)}  # fmt: skip
 
     interrupted = False
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill restores too
     try:
-        search(config.candidates, state, out, measure, args.max_minutes, print)
+        prior, prior_from = estimate.earlier(out.parent, config.settings)
+        budget = Budget(args.runs, args.max_minutes, prior, prior_from)
+        search(config.candidates, state, out, measure, budget, lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -215,12 +235,13 @@ def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, An
         state["restored"] = {"healthy": restored.ok, "identical": after == before,
                              "before": before, "after": after}  # fmt: skip
         conn.close()
-    best = winner(state["points"])
+    best = decision.winner(state["points"])
     state["winner"] = best and best["label"]
+    state["decision"] = shown.decision_line(best)
     save_state(out, state)
     report(state, out, config, best)
-    if config.apply_to and best and not interrupted:
-        write_winner(config.apply_to, args.service, best)
+    if config.apply_to and not interrupted:
+        apply_winner(config.apply_to, args.service, best, args.runs, prog)
     if interrupted:
         print(f"{prog}: interrupted; {args.service} is back on its deployed flags. "
               f"--resume {out} continues.", file=sys.stderr)  # fmt: skip
@@ -229,7 +250,20 @@ def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, An
         print(f"{prog}: {args.service} was not restored as it was: {mask(str(state['restored']))}",
               file=sys.stderr)  # fmt: skip
         return 1
-    return 0 if best else 1
+    # No winner is a finding (exit 0); an --apply it refused is a failure of the command.
+    return 1 if config.apply_to and not best else 0
+
+
+def apply_winner(
+    path: Path, service: str, best: dict[str, Any] | None, runs: int, prog: str
+) -> None:
+    """--apply: the winner's keys into the vars file, or a refusal saying why."""
+    if best:
+        write_winner(path, service, best)
+        return
+    why = f"{METHOD} of the gain over {runs} paired runs"
+    print(f"{prog}: --apply refused: {decision.NO_WINNER} ({why}); {path} is unchanged",
+          file=sys.stderr)  # fmt: skip
 
 
 def write_winner(path: Path, service: str, best: dict[str, Any]) -> None:
@@ -251,84 +285,20 @@ def snippet(config: Setup, best: dict[str, Any]) -> str:
 
 def report(state: dict[str, Any], out: Path, config: Setup, best: dict[str, Any] | None) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     rows = state["points"]
     where = f"{config.host}/{config.settings['service']}"
-    table = Table(title=f"tune {where} (SLA {config.settings['sla_ms']} ms)")
-    columns = ("point", "status", "ready s", "ready MiB", "peak MiB", "kept MiB", "best rate",
-               "req/s", "p99 TTFT", "p99 TPOT", "verdict", "passes")  # fmt: skip
-    for column in columns:
-        table.add_column(column)
-    for r in rows:
-        table.add_row(
-            r["label"], r["status"] + (f": {r['reason'][:60]}" if r.get("reason") else ""),
-            *(_fmt(r.get(k)) for k in ("ready_seconds", "memory_ready_mib", "peak_mib",
-                                       "kept_mib", "best_rate", "throughput", "p99_ttft_ms",
-                                       "p99_tpot_ms")),
-            str(r.get("verdict", "")), "yes" if r.get("passes") else "no",
-        )  # fmt: skip
-    Console(width=200).print(table)
-    measured = [r for r in rows if r["status"] == "measured"]
-    if any(r.get("throughput") is not None or r.get("lowest") for r in measured):
-        plot_pareto(measured, best, config.settings["sla_ms"].get("p99_ttft"), out / "pareto.png")
+    limits = ", ".join(f"{k} <= {significant(v)} ms" for k, v in config.settings["sla_ms"].items())
+    runs = config.settings["runs"]
+    Console(width=220).print(shown.table(rows, f"tune {where} (SLA {limits})", runs))
+    if any(r.get("runs") for r in rows):
+        sla_ttft = config.settings["sla_ms"].get("p99_ttft")
+        shown.plot_pareto(rows, best, sla_ttft, out / "pareto.png")
+    if state.get("stopped"):
+        print(f"stopped: {state['stopped']}")
+    print(state["decision"])
     if best:
         text = snippet(config, best)
         (out / "winner.yml").write_text(text)
-        print(f"winner: {best['label']} ({_fmt(best['throughput'])} req/s at rate "
-              f"{best['best_rate']}, peak {_fmt(best['peak_mib'])} MiB)\n{text}")  # fmt: skip
-    else:
-        print("winner: none of the points met the SLA within the headroom")
-    print(f"results: {out} (tune.json, pareto.png, winner.yml)")
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-def plot_pareto(
-    rows: list[dict[str, Any]], best: dict[str, Any] | None, sla_ttft: float | None, path: Path
-) -> None:
-    """Throughput against p99 TTFT at each point's best SLA rate, peak memory as colour, the
-    winner ringed; a point that missed the SLA at every rate is a grey cross at the lowest rate
-    tried; the SLA's p99 TTFT as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    met = [r for r in rows if r.get("throughput") is not None]
-    missed = [r for r in rows if r.get("throughput") is None and r.get("lowest")]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    if met:
-        points = ax.scatter(
-            [r["throughput"] for r in met], [r["p99_ttft_ms"] or 0.0 for r in met],
-            c=[r["peak_mib"] or 0.0 for r in met], cmap="viridis", s=80,
-        )  # fmt: skip
-        fig.colorbar(points, ax=ax, label="peak memory MiB")
-    for r in met:
-        ax.annotate(r["label"], (r["throughput"], r["p99_ttft_ms"] or 0.0), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
-    for r in missed:
-        at = (r["lowest"]["throughput"] or 0.0, r["lowest"]["p99_ttft_ms"] or 0.0)
-        ax.scatter(*at, marker="x", s=80, color="grey", label="missed the SLA (lowest rate)")
-        ax.annotate(f"{r['label']} @ {r['lowest']['rate']} req/s", at, fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
-    if sla_ttft:
-        ax.axhline(sla_ttft, color="grey", linestyle="--", linewidth=1,
-                   label=f"SLA p99 TTFT {sla_ttft:g} ms")  # fmt: skip
-    if best:
-        ax.scatter([best["throughput"]], [best["p99_ttft_ms"]], s=260, facecolors="none",
-                   edgecolors="red", linewidths=2, label="winner")  # fmt: skip
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        unique = dict(zip(labels, handles, strict=True))
-        ax.legend(unique.values(), unique.keys(), fontsize=8)
-    ax.margins(x=0.3, y=0.1)  # room for the labels
-    ax.set_xlabel("requests/s at the highest rate meeting the SLA (crosses: the lowest rate tried)")
-    ax.set_ylabel("p99 TTFT ms")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        print(text)
+    print(f"results: {out} (tune.json, pareto.png{', winner.yml' if best else ''})")

@@ -1,0 +1,136 @@
+"""What a tune shows people: the table of every point (each figure the median of its runs
+with its interval, each gain over the deployed flags with its interval), the decision in one
+line, and the Pareto plot with the intervals as error bars."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from acceldeploy.bench import formatting
+from acceldeploy.bench.interval import METHOD, Interval
+from acceldeploy.tune.decision import NO_WINNER
+
+COLUMNS = ("point", "runs", "status", "req/s at SLA", "gain req/s", "p99 TTFT ms",
+           "peak MiB", "gain MiB", "ready s", "beats deployed")  # fmt: skip
+
+
+def _interval(row: dict[str, Any], key: str) -> Interval | None:
+    data = row.get(key)
+    return None if data is None else Interval.from_dict(data)
+
+
+def cells(row: dict[str, Any], runs: int) -> list[str]:
+    status = row["status"]
+    why = row.get("reason") or "; ".join(row.get("why_not") or [])
+    if why:
+        status += f": {why[:70]}"
+
+    def figure(key: str, number: str = "significant", sign: bool = False) -> str:
+        return formatting.spread(_interval(row, key), number, sign)
+
+    beats = "(baseline)" if row["deployed"] else row.get("beats") or "no"
+    return [
+        row["label"], f"{row['runs']}/{runs}", status,
+        figure("sla_throughput"), figure("gain_sla_throughput", sign=True),
+        figure("p99_ttft_ms"), figure("peak_mib", number="mib"),
+        figure("gain_peak_mib", number="mib", sign=True), figure("ready_seconds"), beats,
+    ]  # fmt: skip
+
+
+def legend(runs: int) -> str:
+    return (
+        f"Each figure: the median of the runs [{METHOD}, {runs} runs a point]. Gains: the "
+        "paired differences with the deployed flags' run of the same cycle. A point beats the "
+        "deployed flags when its gain's interval lies wholly above 0 (req/s), or wholly below 0 "
+        "(MiB) while its req/s gain's interval holds 0."
+    )
+
+
+def decision_line(best: dict[str, Any] | None) -> str:
+    if best is None:
+        return f"winner: none: {NO_WINNER}"
+    gain = _interval(best, "gain_sla_throughput")
+    memory = _interval(best, "gain_peak_mib")
+    if best["beats"] == "throughput":
+        by = f"{formatting.spread(gain, sign=True)} req/s at the SLA"
+    else:
+        by = f"{formatting.spread(memory, number='mib', sign=True)} MiB peak at equal req/s"
+    return f"winner: {best['label']}: beats the deployed flags by {by}"
+
+
+def table(rows: list[dict[str, Any]], title: str, runs: int) -> Any:
+    from rich.table import Table
+
+    found = Table(title=title, caption=legend(runs), caption_justify="left")
+    for column in COLUMNS:
+        found.add_column(column)
+    for row in rows:
+        found.add_row(*cells(row, runs))
+    return found
+
+
+def _errors(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[list[float]]]:
+    """Medians and matplotlib's [below, above] error lengths (0 without an interval)."""
+    medians, below, above = [], [], []
+    for row in rows:
+        one = _interval(row, key)
+        assert one is not None
+        medians.append(one.median)
+        below.append(max(0.0, one.median - one.low))
+        above.append(max(0.0, one.high - one.median))
+    return medians, [below, above]
+
+
+def plot_pareto(
+    rows: list[dict[str, Any]], best: dict[str, Any] | None, sla_ttft: float | None, path: Path
+) -> None:
+    """Throughput at the SLA against p99 TTFT, each the median of the runs with its interval as
+    error bars, peak memory as colour; the deployed flags a black diamond, the winner ringed;
+    a point that missed the SLA at every rate is a grey cross at the lowest rate tried; the
+    SLA's p99 TTFT as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows if r.get("runs") and r.get("p99_ttft_ms")]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    if shown:
+        xs, xerr = _errors(shown, "sla_throughput")
+        ys, yerr = _errors(shown, "p99_ttft_ms")
+        ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="none", ecolor="grey", capsize=3,
+                    linewidth=1, zorder=1)  # fmt: skip
+        colour = [(_interval(r, "peak_mib") or Interval(1, 0, 0, 0, 0)).median for r in shown]
+        points = ax.scatter(xs, ys, c=colour, cmap="viridis", s=80, zorder=2)
+        fig.colorbar(points, ax=ax, label="peak memory MiB (median)")
+        for row, x, y in zip(shown, xs, ys, strict=True):
+            ax.annotate(row["label"], (x, y), fontsize=7, xytext=(4, 4),
+                        textcoords="offset points")  # fmt: skip
+            if row["deployed"]:
+                ax.scatter([x], [y], marker="D", s=140, facecolors="none", edgecolors="black",
+                           linewidths=2, label="deployed flags", zorder=3)  # fmt: skip
+            if best is not None and row["label"] == best["label"]:
+                ax.scatter([x], [y], s=260, facecolors="none", edgecolors="red", linewidths=2,
+                           label="winner", zorder=3)  # fmt: skip
+    for row in rows:
+        lowest = row.get("lowest")
+        if lowest and not row.get("p99_ttft_ms"):
+            at = (lowest["throughput"] or 0.0, lowest["p99_ttft_ms"] or 0.0)
+            ax.scatter(*at, marker="x", s=80, color="grey", label="missed the SLA (lowest rate)")
+            ax.annotate(f"{row['label']} @ {lowest['rate']} req/s", at, fontsize=7,
+                        xytext=(4, 4), textcoords="offset points")  # fmt: skip
+    if sla_ttft:
+        ax.axhline(sla_ttft, color="grey", linestyle="--", linewidth=1,
+                   label=f"SLA p99 TTFT {formatting.significant(sla_ttft)} ms")  # fmt: skip
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        unique = dict(zip(labels, handles, strict=True))
+        ax.legend(unique.values(), unique.keys(), fontsize=8)
+    ax.margins(x=0.3, y=0.1)  # room for the labels
+    ax.set_xlabel(f"requests/s at the highest rate meeting the SLA (bars: {METHOD})")
+    ax.set_ylabel("p99 TTFT ms")
+    ax.set_title("winner: none" if best is None else f"winner: {best['label']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
