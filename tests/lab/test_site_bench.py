@@ -245,8 +245,11 @@ def test_leaking_degraded_service_is_growing_refused_as_another_argv_and_regress
         (s,) = summary["services"]
         (device,) = s["verdict"]["devices"]
         assert device["per_round_mib"] > 60, device  # 30 requests x 4 MiB per round
+        # max-num-seqs 1 queues the smoke profile's requests, so time to first token rises;
+        # which of its figures clears both runs' 90% intervals over three rounds varies by run.
         figures = {r["figure"] for r in summary["regressions"]}
-        assert figures & {"request_throughput", "p99_ttft_ms"}, summary["regressions"]
+        assert figures & {"request_throughput", "median_ttft_ms", "p99_ttft_ms"}, figures
+        assert any(f.startswith("kept memory ") for f in figures), summary["regressions"]
         assert "lab1/qwen3-vl: request_throughput " in output and ": regressed (" in output
     finally:
         back = run_playbook("playbooks/serve.yml", INVENTORY, limit="lab1", timeout=1800)
