@@ -1,0 +1,51 @@
+"""Ansible adapter over acceldeploy.gateway (tools/acceldeploy/gateway/): the gateway role's
+HAProxy plan, checked on the controller before any host is touched."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from acceldeploy.gateway import plan
+from acceldeploy.inventory.ansible_adapter import filters, plain
+
+
+def _serving(
+    services: Mapping[str, Any], platforms: Mapping[str, Any], addresses: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    return {
+        str(host): {
+            "services": plain(value),
+            "platform": str(platforms.get(host) or "cpu"),
+            "address": str(addresses.get(host) or host),
+        }
+        for host, value in services.items()
+    }
+
+
+def gateway_plan(
+    frontends: Any,
+    services: Mapping[str, Any],
+    platforms: Mapping[str, Any],
+    addresses: Mapping[str, Any],
+    gateways: Sequence[str],
+    settings: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """gateway_frontends | gateway_plan({host: acceldeploy_services}, {host: platform},
+    {host: address}, groups.gateways, {bind, client_keys, allow_unauthenticated,
+    stats_port}): the frontends and their servers, as the template prints them."""
+    view = _serving(services, platforms, addresses)
+    chosen = plan.Settings(**plain(dict(settings)))
+    return [f.to_dict() for f in plan.plan(plain(frontends), view, list(gateways), chosen)]
+
+
+def gateway_backend_keys(
+    services: Mapping[str, Any], platforms: Mapping[str, Any], addresses: Mapping[str, Any]
+) -> dict[str, str]:
+    """{service: api key} of the models whose services want one (the keys map)."""
+    return plan.backend_keys(_serving(services, platforms, addresses))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return filters(gateway_plan, gateway_backend_keys)

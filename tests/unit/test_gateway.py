@@ -1,0 +1,167 @@
+"""The gateway's plan from the inventory (tools/acceldeploy/gateway/plan.py), its refusals by
+variable name, and the role's HAProxy config as rendered, checked with `haproxy -c`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.gateway.plan import Settings, backend_keys, plan
+
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "gateway"
+KEY = "sk-backend-0123456789"
+
+
+def service(**changes: Any) -> dict[str, Any]:
+    base = {"name": "qwen3-vl", "model": "acceldeploy/tiny-qwen3-vl", "source": "hf",
+            "revision": "main", "port": 8001, "host": "0.0.0.0", "api_key": KEY}  # fmt: skip
+    return {**base, **changes}
+
+
+def serving(**hosts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        name: {"services": services, "platform": "cpu", "address": f"10.213.0.{10 + i}"}
+        for i, (name, services) in enumerate(hosts.items(), start=1)
+    }
+
+
+FLEET = serving(lab1=[service()], lab2=[service(port=8002)])
+
+
+def test_one_frontend_per_service_with_every_host_that_serves_it() -> None:
+    (frontend,) = plan([{"service": "qwen3-vl", "port": 9001}], FLEET, ["gw1"])
+    assert (frontend.service, frontend.port, frontend.bind) == ("qwen3-vl", 9001, "127.0.0.1")
+    assert [(s.host, s.address, s.port, s.keyed) for s in frontend.servers] == [
+        ("lab1", "10.213.0.11", 8001, True),
+        ("lab2", "10.213.0.12", 8002, True),
+    ]
+
+
+def test_a_service_bound_to_one_address_is_reached_there() -> None:
+    fleet = serving(lab1=[service(host="10.9.0.5")])
+    (frontend,) = plan([{"service": "qwen3-vl", "port": 9001}], fleet, ["gw1"])
+    assert frontend.servers[0].address == "10.9.0.5"
+
+
+def test_weights_follow_the_devices_and_a_group_is_served_by_its_head() -> None:
+    group = {"name": "big", "model": "acceldeploy/tiny-qwen3-vl", "source": "hf",
+             "revision": "main", "port": 8100, "host": "0.0.0.0", "api_key": KEY,
+             "nodes": ["lab1", "lab2"], "pipeline_parallel_size": 2}  # fmt: skip
+    fleet = serving(lab1=[group], lab2=[group], lab3=[{**group, "nodes": None,
+                                                       "pipeline_parallel_size": 1}])  # fmt: skip
+    (frontend,) = plan([{"service": "big", "port": 9100}], fleet, ["gw1"])
+    assert [(s.host, s.weight) for s in frontend.servers] == [("lab1", 2), ("lab3", 1)]
+
+
+def test_a_listed_server_must_be_one_the_service_has() -> None:
+    chosen = [{"host": "lab2", "port": 8002}]
+    (frontend,) = plan([{"service": "qwen3-vl", "port": 9001, "servers": chosen}], FLEET, ["g"])
+    assert [s.host for s in frontend.servers] == ["lab2"]
+    wrong = [{"host": "lab2", "port": 8009}]
+    with pytest.raises(AcceldeployError) as error:
+        plan([{"service": "qwen3-vl", "port": 9001, "servers": wrong}], FLEET, ["g"])
+    assert str(error.value) == (
+        "gateway_frontends[0].servers[0]: no service qwen3-vl answers on lab2:8009; it is "
+        "served on lab1:8001, lab2:8002"
+    )
+
+
+@pytest.mark.parametrize(
+    "frontends, settings, says",
+    [
+        ([{"service": "qwen3-vl", "port": 9001}, {"service": "qwen3-vl", "port": 9001}],
+         Settings(), "gateway_frontends[1].port 9001 is also gateway_frontends[0].port"),
+        ([{"service": "qwen3-vl", "port": 9001}], Settings(stats_port=9001),
+         "gateway_frontends[0].port 9001 is also gateway_stats_port"),
+        ([{"service": "other", "port": 9001}], Settings(),
+         "gateway_frontends[0].service 'other': no serving host runs it (acceldeploy_services "
+         "has qwen3-vl)"),
+        ([{"service": "qwen3-vl", "port": 70000}], Settings(),
+         "gateway_frontends[0].port must be a port (1-65535), got 70000"),
+        ([{"service": "qwen3-vl", "port": 9001, "bind": "0.0.0.0"}], Settings(),
+         "gateway_frontends[0]: the gateway binds 0.0.0.0 with no gateway_client_keys"),
+        ([{"service": "qwen3-vl", "port": 9001, "backend": "x"}], Settings(),
+         "gateway_frontends[0] must be a mapping of service, port, bind, servers"),
+        ([], Settings(), "gateway_frontends must list the services the gateway publishes"),
+    ],
+)  # fmt: skip
+def test_misconfigured_frontends_are_refused_by_name(
+    frontends: list[dict[str, Any]], settings: Settings, says: str
+) -> None:
+    with pytest.raises(AcceldeployError, match=None) as error:
+        plan(frontends, FLEET, ["gw1"], settings)
+    assert says in str(error.value)
+
+
+def test_a_public_gateway_with_client_keys_or_told_so_is_accepted() -> None:
+    frontends = [{"service": "qwen3-vl", "port": 9001, "bind": "0.0.0.0"}]
+    assert plan(frontends, FLEET, ["gw1"], Settings(client_keys=True))
+    assert plan(frontends, FLEET, ["gw1"], Settings(allow_unauthenticated=True))
+
+
+def test_a_loopback_backend_is_reachable_only_from_a_gateway_on_its_own_host() -> None:
+    fleet = serving(lab1=[service(host="127.0.0.1", api_key=None)])
+    frontends = [{"service": "qwen3-vl", "port": 9001}]
+    with pytest.raises(AcceldeployError, match="lab1 binds 127.0.0.1, which a gateway on an"):
+        plan(frontends, fleet, ["gw1"])
+    (frontend,) = plan(frontends, fleet, ["lab1"])
+    assert (frontend.servers[0].address, frontend.servers[0].keyed) == ("127.0.0.1", False)
+
+
+def test_a_models_services_share_one_key() -> None:
+    assert backend_keys(FLEET) == {"qwen3-vl": KEY}
+    fleet = serving(lab1=[service()], lab2=[service(api_key="sk-another-key-0123")])
+    with pytest.raises(AcceldeployError, match="api_key differs between lab1, lab2"):
+        plan([{"service": "qwen3-vl", "port": 9001}], fleet, ["gw1"])
+
+
+def test_no_gateway_host_is_refused() -> None:
+    with pytest.raises(AcceldeployError, match="the gateways group is empty"):
+        plan([{"service": "qwen3-vl", "port": 9001}], FLEET, [])
+
+
+def render(tmp_path: Path, frontends: list[dict[str, Any]], **changes: Any) -> str:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    keys = tmp_path / "backend-keys.map"
+    keys.write_text(f"qwen3-vl Bearer {KEY}\n")
+    clients = tmp_path / "client-keys.lst"
+    clients.write_text("Bearer sk-client-0123456789\n")
+    values = {**defaults, "ansible_managed": "Ansible managed",
+              "gateway_backend_keys_file": str(keys), "gateway_client_keys_file": str(clients),
+              "gateway_state_file": str(tmp_path / "server-state"),
+              "gateway_plan": [f.to_dict() for f in plan(frontends, FLEET, ["gw1"],
+                                                          Settings(client_keys=True))],
+              **changes}  # fmt: skip
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROLE / "templates"),
+        trim_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    return env.get_template("haproxy.cfg.j2").render(values)
+
+
+@pytest.mark.skipif(not shutil.which("haproxy"), reason="no haproxy here (make host-deps)")
+@pytest.mark.parametrize("client_keys", [False, True])
+def test_the_rendered_config_passes_haproxys_own_check(tmp_path: Path, client_keys: bool) -> None:
+    frontends = [{"service": "qwen3-vl", "port": 9001, "bind": "0.0.0.0"}]
+    text = render(tmp_path, frontends, gateway_client_keys=["x"] if client_keys else [])
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(text.replace("chroot /var/lib/haproxy\n", ""))
+    proc = subprocess.run(["haproxy", "-c", "-f", str(config)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + text
+    assert KEY not in text
+    assert "server lab1 10.213.0.11:8001 check weight 1" in text
+    assert "server lab2 10.213.0.12:8002 check weight 1" in text
+    assert ("-f " + str(tmp_path / "client-keys.lst") in text) is client_keys
+    for line in ("balance leastconn", "option httpchk GET /health",
+                 "retry-on conn-failure empty-response", "option redispatch 1",
+                 "load-server-state-from-file global", "bind 0.0.0.0:9001"):  # fmt: skip
+        assert line in text, text

@@ -1,0 +1,184 @@
+"""The gateway's HAProxy plan from the inventory: one frontend per published service (model
+name) on its own port, its servers every host that serves it (a multi-node group's head), each
+weighted by the devices it runs on. Every mistake is refused here, before any host is touched,
+naming the variable and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.serving.service import LOOPBACK, Service, parse_services
+
+VAR = "gateway_frontends"
+WILDCARDS = ("0.0.0.0", "::")
+MAX_WEIGHT = 256  # HAProxy's bound
+
+
+@dataclass(frozen=True)
+class Server:
+    """One backend server: an inventory host's service, as the gateway reaches it."""
+
+    host: str
+    address: str
+    port: int
+    weight: int
+    # The service wants an API key on /v1: the gateway adds it (the keys map).
+    keyed: bool
+
+
+@dataclass(frozen=True)
+class Frontend:
+    service: str
+    port: int
+    bind: str
+    servers: tuple[Server, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The role's variables other than the frontends."""
+
+    bind: str = "127.0.0.1"
+    client_keys: bool = False
+    allow_unauthenticated: bool = False
+    stats_port: int = 0
+
+
+def _served(
+    serving: Mapping[str, Mapping[str, Any]],
+) -> dict[str, list[tuple[str, str, Service]]]:
+    """service name -> [(host, host address, service)] of the hosts that answer its HTTP."""
+    found: dict[str, list[tuple[str, str, Service]]] = {}
+    for host, view in sorted(serving.items()):
+        try:
+            services = parse_services(view.get("services") or [], str(view.get("platform")))
+        except AcceldeployError as exc:
+            raise AcceldeployError(f"{host}: {exc}") from None
+        for service in services:
+            if service.nodes and service.nodes[0] != host:
+                continue  # a worker node of a group: its head answers
+            address = str(view.get("address") or host)
+            found.setdefault(service.name, []).append((host, address, service))
+    return found
+
+
+def _server(host: str, address: str, service: Service, gateways: Sequence[str], var: str) -> Server:
+    if service.host in LOOPBACK:
+        if list(gateways) != [host]:
+            raise AcceldeployError(
+                f"{var}: {service.name} on {host} binds {service.host}, which a gateway on "
+                "another host cannot reach; set acceldeploy_services' host to the address the "
+                "gateways reach it on (with an api_key: non-loopback binds need one)"
+            )
+        reach = "127.0.0.1"
+    else:
+        reach = address if service.host in WILDCARDS else service.host
+    # Its devices: the ranks of its engine (a group's over all its nodes).
+    weight = min(max(1, service.ranks), MAX_WEIGHT)
+    return Server(host, reach, service.port, weight, service.api_key is not None)
+
+
+def _port(value: Any, var: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise AcceldeployError(f"{var} must be a port (1-65535), got {value!r}")
+    return value
+
+
+def _pick(raw: Any, offered: list[Server], service: str, var: str) -> tuple[Server, ...]:
+    """The frontend's own `servers` list (each {host, port} a service of that name has), or
+    every host that serves it."""
+    if raw is None:
+        return tuple(offered)
+    if not isinstance(raw, list) or not raw:
+        raise AcceldeployError(f"{var} must be a non-empty list of {{host, port}}, or absent")
+    by_key = {(s.host, s.port): s for s in offered}
+    chosen = []
+    for i, entry in enumerate(raw):
+        where = f"{var}[{i}]"
+        if not isinstance(entry, Mapping) or set(entry) - {"host", "port"}:
+            raise AcceldeployError(f"{where} must be a mapping with host and port")
+        host, port = str(entry.get("host")), _port(entry.get("port"), f"{where}.port")
+        if (host, port) not in by_key:
+            has = ", ".join(f"{s.host}:{s.port}" for s in offered)
+            raise AcceldeployError(
+                f"{where}: no service {service} answers on {host}:{port}; it is served on {has}"
+            )
+        chosen.append(by_key[(host, port)])
+    return tuple(chosen)
+
+
+def plan(
+    frontends: Any,
+    serving: Mapping[str, Mapping[str, Any]],
+    gateways: Sequence[str],
+    settings: Settings = Settings(),
+) -> list[Frontend]:
+    """gateway_frontends ([{service, port, bind?, servers?}]) against the serving hosts'
+    views ({host: {address, platform, services}})."""
+    if not gateways:
+        raise AcceldeployError("the gateways group is empty: list the gateway hosts in it")
+    if not isinstance(frontends, list) or not frontends:
+        raise AcceldeployError(
+            f"{VAR} must list the services the gateway publishes, e.g. "
+            "[{service: qwen3-vl, port: 9001}]"
+        )
+    served = _served(serving)
+    _keys(served)
+    ports: dict[int, str] = {}
+    if settings.stats_port:
+        ports[settings.stats_port] = "gateway_stats_port"
+    result = []
+    for i, raw in enumerate(frontends):
+        var = f"{VAR}[{i}]"
+        if not isinstance(raw, Mapping) or set(raw) - {"service", "port", "bind", "servers"}:
+            raise AcceldeployError(f"{var} must be a mapping of service, port, bind, servers")
+        name = raw.get("service")
+        if name not in served:
+            known = ", ".join(sorted(served)) or "none"
+            raise AcceldeployError(
+                f"{var}.service {name!r}: no serving host runs it (acceldeploy_services has "
+                f"{known})"
+            )
+        port = _port(raw.get("port"), f"{var}.port")
+        if port in ports:
+            raise AcceldeployError(f"{var}.port {port} is also {ports[port]}: give each its own")
+        ports[port] = f"{var}.port"
+        bind = str(raw.get("bind") or settings.bind)
+        if bind not in LOOPBACK and not (settings.client_keys or settings.allow_unauthenticated):
+            raise AcceldeployError(
+                f"{var}: the gateway binds {bind} with no gateway_client_keys: anyone who "
+                "reaches it can use the model; set gateway_client_keys (from the vault), bind "
+                "127.0.0.1, or set gateway_allow_unauthenticated: true"
+            )
+        offered = [_server(h, a, s, gateways, var) for h, a, s in served[str(name)]]
+        servers = _pick(raw.get("servers"), offered, str(name), f"{var}.servers")
+        result.append(Frontend(str(name), port, bind, servers))
+    return result
+
+
+def _keys(served: Mapping[str, list[tuple[str, str, Service]]]) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for name, hosts in served.items():
+        found = {s.api_key for _, _, s in hosts}
+        if len(found) > 1:
+            names = ", ".join(h for h, _, _ in hosts)
+            raise AcceldeployError(
+                f"acceldeploy_services {name}: api_key differs between {names}; behind one "
+                "gateway a model's services share one key"
+            )
+        (key,) = found
+        if key is not None:
+            keys[name] = key
+    return keys
+
+
+def backend_keys(serving: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """service name -> its API key, which every host serving it must share (the gateway adds
+    one Authorization header per backend)."""
+    return _keys(_served(serving))
