@@ -43,13 +43,16 @@ wheel: venv
 collection: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path dist .
 
-# What the lab needs from the machine: debootstrap and systemd-nspawn (Debian packages), and
-# nftables for the isolated lab's filter (tools/lab.py up --isolated).
+# What the lab needs from the machine: debootstrap and systemd-nspawn (Debian packages),
+# nftables for the isolated lab's filter (tools/lab.py up --isolated), apt-ftparchive for the
+# lab's own apt repository (acceldeploy.lab.ospackages), and haproxy to check the gateway's
+# rendered config (haproxy -c; no service is started here).
 host-deps:
 	@command -v debootstrap >/dev/null && command -v systemd-nspawn >/dev/null && \
-	  command -v nft >/dev/null || \
+	  command -v nft >/dev/null && command -v apt-ftparchive >/dev/null && \
+	  command -v haproxy >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	     debootstrap systemd-container nftables >/dev/null)
+	     debootstrap systemd-container nftables apt-utils haproxy >/dev/null)
 
 # The lab: wheel cache, tiny model, mirror and the hosts' Debian tree prepared once into
 # $(CACHE) (debootstrap beside the downloads); the mirror and the wheel server (pip find-links

@@ -3,7 +3,7 @@ HAProxy plan, checked on the controller before any host is touched."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.gateway import plan
@@ -28,15 +28,16 @@ def gateway_plan(
     services: Mapping[str, Any],
     platforms: Mapping[str, Any],
     addresses: Mapping[str, Any],
-    gateways: Sequence[str],
+    gateways: Mapping[str, Any],
     settings: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
     """gateway_frontends | gateway_plan({host: acceldeploy_services}, {host: platform},
-    {host: address}, groups.gateways, {bind, client_keys, allow_unauthenticated,
+    {host: address}, {gateway: address}, {bind, client_keys, allow_unauthenticated,
     stats_port}): the frontends and their servers, as the template prints them."""
     view = _serving(services, platforms, addresses)
     chosen = plan.Settings(**plain(dict(settings)))
-    return [f.to_dict() for f in plan.plan(plain(frontends), view, list(gateways), chosen)]
+    reach = {str(k): str(v) for k, v in gateways.items()}
+    return [f.to_dict() for f in plan.plan(plain(frontends), view, reach, chosen)]
 
 
 def gateway_backend_keys(

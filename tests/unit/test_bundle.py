@@ -265,6 +265,29 @@ def test_server_serves_wheels_and_token_guarded_models(tmp_path: Path) -> None:
     assert counts["clients"]["127.0.0.1"] > 7000
 
 
+def test_server_serves_flat_apt_repositories_and_nothing_beside_them(tmp_path: Path) -> None:
+    repo = tmp_path / "os" / "bookworm"
+    repo.mkdir(parents=True)
+    (repo / "Packages").write_text("Package: haproxy\n")
+    (repo / "haproxy_2.6_amd64.deb").write_bytes(b"deb")
+    (repo / "notes.txt").write_text("not served")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    served = server.Served(wheels, tmp_path / "log.jsonl", None, "127.0.0.1", free_port(),
+                           packages=tmp_path / "os")  # fmt: skip
+    threading.Thread(target=server.serve, args=(served,), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while _get(f"{served.url}/-/")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    base = f"{served.url}/os/bookworm"
+    assert _get(f"{base}/Packages") == (200, b"Package: haproxy\n")
+    assert _get(f"{base}/./haproxy_2.6_amd64.deb") == (200, b"deb")  # apt's "./" flat path
+    assert _get(f"{base}/Release")[0] == 404
+    assert _get(f"{base}/notes.txt")[0] == 404
+    assert _get(f"{served.url}/os/../wheels/Packages")[0] == 404
+    assert server.package_file(tmp_path / "os", "bookworm/../x.deb") is None
+
+
 def test_server_exits_with_the_run(tmp_path: Path) -> None:
     """Started for an ansible-playbook run (--exit-with its pid), the server is gone within a
     second or two of that process, however it ended."""

@@ -1,7 +1,8 @@
 """The controller's read-only HTTP server for a bundle (and the lab's wheel cache): pip
 ``--find-links`` pages of a wheel directory, and the published models in the hosts' own seed
 protocol (``GET /m/<org>/<name>@<rev>/<file>``, Bearer token, Range; acceldeploy.fetch.seed),
-each request logged with its client, tag and body bytes.
+and flat apt repositories of a distribution's packages (``GET /os/<release>/<file>``: Packages,
+Release and the .debs), each request logged with its client, tag and body bytes.
 
 ``<tag>`` is any name (the roles use ``inventory_hostname``): the same wheels are listed under
 every tag and the log says which tag fetched what, so bytes served per host are measurable even
@@ -46,6 +47,7 @@ SUFFIXES = (".whl", ".tar.gz", ".zip")
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NO_TAG = "-"
 MODELS_TAG = "m"
+OS_TAG = "os"
 CHUNK = 1 << 20
 
 
@@ -63,6 +65,7 @@ class Served:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     token: str = ""
+    packages: Path | None = None
 
     @property
     def url(self) -> str:
@@ -110,6 +113,17 @@ def model_file(models: Path, relative: str) -> Path | None:
     if manifest is None or (rest != MODEL_MANIFEST and rest not in manifest["files"]):
         return None
     return directory / rest
+
+
+def package_file(packages: Path, relative: str) -> Path | None:
+    """``<release>/<file>`` of a flat apt repository: its index files and its .debs."""
+    parts = [p for p in relative.split("/") if p not in ("", ".")]
+    if len(parts) != 2 or ".." in parts or not TAG.fullmatch(parts[0]):
+        return None
+    name = parts[1]
+    if name not in ("Packages", "Release") and not name.endswith(".deb"):
+        return None
+    return packages / parts[0] / name
 
 
 def make_handler(served: Served) -> type[BaseHTTPRequestHandler]:
@@ -170,6 +184,9 @@ def make_handler(served: Served) -> type[BaseHTTPRequestHandler]:
             if path.startswith(f"/{MODELS_TAG}/"):
                 self._model(path[len(MODELS_TAG) + 2 :], started)
                 return
+            if path.startswith(f"/{OS_TAG}/"):
+                self._package(path[len(OS_TAG) + 2 :], started)
+                return
             tag = NO_TAG
             try:
                 tag, name = self._route(path)
@@ -209,6 +226,14 @@ def make_handler(served: Served) -> type[BaseHTTPRequestHandler]:
                 return
             status, sent = self._file(file)
             self._log(MODELS_TAG, status, sent, started)
+
+        def _package(self, relative: str, started: float) -> None:
+            file = package_file(served.packages, relative) if served.packages else None
+            if file is None or not file.is_file():
+                self._log(OS_TAG, 404, self._send(404, b"not found\n"), started)
+                return
+            status, sent = self._file(file)
+            self._log(OS_TAG, status, sent, started)
 
         def _file(self, file: Path) -> tuple[int, int]:
             """Sends the file (from a Range start if asked): (status, body bytes sent)."""
@@ -302,6 +327,8 @@ def serve_argv(
         "--request-log",
         str(served.request_log),
     ]
+    if served.packages is not None:
+        argv += ["--packages", str(served.packages)]
     if served.models is not None:
         argv += ["--models", str(served.models), "--token-stdin"]
     if exit_with:
@@ -360,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     srv = sub.add_parser("serve", help="serve in the foreground")
     srv.add_argument("--dir", type=Path, required=True, help="the wheel directory")
     srv.add_argument("--models", type=Path, default=None, help="published models' root")
+    srv.add_argument("--packages", type=Path, default=None, help="flat apt repositories' root")
     srv.add_argument("--host", default=DEFAULT_HOST)
     srv.add_argument("--port", type=int, default=DEFAULT_PORT)
     srv.add_argument("--request-log", type=Path, required=True)
@@ -381,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.token_file:
             token = read_token_file(args.token_file)
         serve(
-            Served(args.dir, args.request_log, args.models, args.host, args.port, token),
+            Served(
+                args.dir, args.request_log, args.models, args.host, args.port, token, args.packages
+            ),
             args.exit_with,
             args.remove_at_exit,
         )

@@ -5,7 +5,7 @@ naming the variable and the fix."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -68,13 +68,16 @@ def _served(
     return found
 
 
-def _server(host: str, address: str, service: Service, gateways: Sequence[str], var: str) -> Server:
+def _server(
+    host: str, address: str, service: Service, gateways: Mapping[str, str], var: str
+) -> Server:
     if service.host in LOOPBACK:
-        if list(gateways) != [host]:
+        # Reachable only from the same machine: a gateway at the host's own address.
+        if any(reach != address for reach in gateways.values()):
             raise AcceldeployError(
                 f"{var}: {service.name} on {host} binds {service.host}, which a gateway on "
-                "another host cannot reach; set acceldeploy_services' host to the address the "
-                "gateways reach it on (with an api_key: non-loopback binds need one)"
+                "another machine cannot reach; set acceldeploy_services' host to the address "
+                "the gateways reach it on (with an api_key: non-loopback binds need one)"
             )
         reach = "127.0.0.1"
     else:
@@ -116,11 +119,11 @@ def _pick(raw: Any, offered: list[Server], service: str, var: str) -> tuple[Serv
 def plan(
     frontends: Any,
     serving: Mapping[str, Mapping[str, Any]],
-    gateways: Sequence[str],
+    gateways: Mapping[str, str],
     settings: Settings = Settings(),
 ) -> list[Frontend]:
     """gateway_frontends ([{service, port, bind?, servers?}]) against the serving hosts'
-    views ({host: {address, platform, services}})."""
+    views ({host: {address, platform, services}}) and the gateways ({host: address})."""
     if not gateways:
         raise AcceldeployError("the gateways group is empty: list the gateway hosts in it")
     if not isinstance(frontends, list) or not frontends:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from acceldeploy.lab import isolation, prereq, progress, rootfs
+from acceldeploy.lab import isolation, ospackages, prereq, progress, rootfs, wheelserver
 from acceldeploy.lab.inventory import InventoryHost, write_inventory
 from acceldeploy.lab.processes import (
     HOST_PREFIX,
@@ -390,6 +390,14 @@ def _prepare_host(spec: HostSpec, public_key: str) -> None:
         _write_in_host(root, "etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
     listen = f"Port {spec.ssh_port}\n" + ("" if spec.address else "ListenAddress 127.0.0.1\n")
     _write_in_host(root, "etc/ssh/sshd_config.d/20-acceldeploy-lab-listen.conf", listen)
+    # Packages only from the controller: the wheel server's repository, or on an isolated
+    # host the bundle server's (the one port the lab's filter lets through).
+    packages = (
+        f"http://{isolation.CONTROLLER}:{isolation.ALLOWED_PORTS[0]}"
+        if spec.address
+        else f"http://127.0.0.1:{wheelserver.DEFAULT_PORT}"
+    )
+    _write_in_host(root, "etc/apt/sources.list", ospackages.sources_line(packages, spec.suite))
     unit = root / "etc/systemd/system" / NETWORK_UNIT
     wants = root / "etc/systemd/system/multi-user.target.wants" / NETWORK_UNIT
     if spec.address:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy.downloads import wheelhouse
-from acceldeploy.lab import labenv, mirror, progress, rootfs, tinymodel
+from acceldeploy.lab import labenv, mirror, ospackages, progress, rootfs, tinymodel
 
 
 def model_dir(cache: Path) -> Path:
@@ -60,6 +60,11 @@ def _serving_stack(cache: Path) -> dict[str, Any]:
     return {"wheels": fetched, "labenv": built, "model": model, "mirror": published}
 
 
+def _os_packages(cache: Path, suite: rootfs.Suite, tree: Path) -> dict[str, Any]:
+    with progress.step(f"os packages: {', '.join(ospackages.PACKAGES)} for {suite.name}"):
+        return ospackages.ensure(cache, suite, tree)
+
+
 def prepare(
     cache: Path | None = None, rootfs_suites: Sequence[rootfs.Suite] = ()
 ) -> dict[str, Any]:
@@ -77,6 +82,10 @@ def prepare(
         try:
             prepared = _serving_stack(cache)
             prepared["rootfs"] = {name: str(tree.result()) for name, tree in trees.items()}
+            prepared["os_packages"] = {
+                suite.name: _os_packages(cache, suite, trees[suite.name].result())
+                for suite in rootfs_suites
+            }
         except BaseException:
             stop.set()
             raise

@@ -16,7 +16,7 @@ from typing import Any
 from acceldeploy.bundle import server as bundle_server
 from acceldeploy.bundle.server import NO_TAG as NO_TAG
 from acceldeploy.bundle.server import TAG
-from acceldeploy.lab import daemon
+from acceldeploy.lab import daemon, ospackages
 
 DEFAULT_PORT = bundle_server.DEFAULT_PORT
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
@@ -34,6 +34,8 @@ class WheelServer:
     directory: Path
     host: str = bundle_server.DEFAULT_HOST
     port: int = DEFAULT_PORT
+    # The lab's apt repositories (acceldeploy.lab.ospackages), served at /os/<suite>/.
+    packages: Path | None = None
 
     @property
     def pid_file(self) -> Path:
@@ -49,7 +51,9 @@ class WheelServer:
 
     @property
     def served(self) -> bundle_server.Served:
-        return bundle_server.Served(self.directory, self.request_log, None, self.host, self.port)
+        return bundle_server.Served(
+            self.directory, self.request_log, None, self.host, self.port, "", self.packages
+        )
 
     @property
     def url(self) -> str:
@@ -63,7 +67,12 @@ class WheelServer:
 
 def default_server(port: int = DEFAULT_PORT) -> WheelServer:
     cache = Path(os.environ.get("ACCELDEPLOY_CACHE") or DEFAULT_CACHE)
-    return WheelServer(root=cache / "wheelserver", directory=cache / "wheels", port=port)
+    return WheelServer(
+        root=cache / "wheelserver",
+        directory=cache / "wheels",
+        port=port,
+        packages=ospackages.repo_root(cache),
+    )
 
 
 def _daemon(server: WheelServer) -> daemon.Daemon:
