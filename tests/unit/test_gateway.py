@@ -3,8 +3,14 @@ variable name, and the role's HAProxy config as rendered, checked with `haproxy 
 
 from __future__ import annotations
 
+import http.server
 import shutil
+import signal
+import socket
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +20,7 @@ import yaml
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway.plan import Settings, backend_keys, plan
+from acceldeploy.verify.gateway import _server_checks, server_states
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gateway"
 KEY = "sk-backend-0123456789"
@@ -96,7 +103,9 @@ def test_a_listed_server_must_be_one_the_service_has() -> None:
 def test_misconfigured_frontends_are_refused_by_name(
     frontends: list[dict[str, Any]], settings: Settings, says: str
 ) -> None:
-    with pytest.raises(AcceldeployError, ) as error:
+    with pytest.raises(
+        AcceldeployError,
+    ) as error:
         plan(frontends, FLEET, GW, settings)
     assert says in str(error.value)
 
@@ -110,7 +119,9 @@ def test_a_public_gateway_with_client_keys_or_told_so_is_accepted() -> None:
 def test_a_loopback_backend_is_reachable_only_from_a_gateway_on_its_own_machine() -> None:
     fleet = serving(lab1=[service(host="127.0.0.1", api_key=None)])
     frontends = [{"service": "qwen3-vl", "port": 9001}]
-    with pytest.raises(AcceldeployError, match=r"lab1 binds 127\.0\.0\.1, which a gateway on another machine"):
+    with pytest.raises(
+        AcceldeployError, match=r"lab1 binds 127\.0\.0\.1, which a gateway on another machine"
+    ):
         plan(frontends, fleet, GW)
     (frontend,) = plan(frontends, fleet, {"gw1": "10.213.0.11"})  # lab1's own address
     assert (frontend.servers[0].address, frontend.servers[0].keyed) == ("127.0.0.1", False)
@@ -138,7 +149,8 @@ def render(tmp_path: Path, frontends: list[dict[str, Any]], **changes: Any) -> s
               "gateway_backend_keys_file": str(keys), "gateway_client_keys_file": str(clients),
               "gateway_state_file": str(tmp_path / "server-state"),
               "gateway_plan": [f.to_dict() for f in plan(frontends, FLEET, GW,
-                                                          Settings(client_keys=True))],
+                                                          Settings(client_keys=True))]
+              if frontends else [],
               **changes}  # fmt: skip
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(ROLE / "templates"),
@@ -166,3 +178,102 @@ def test_the_rendered_config_passes_haproxys_own_check(tmp_path: Path, client_ke
                  "retry-on conn-failure empty-response", "option redispatch 1",
                  "load-server-state-from-file global", "bind 0.0.0.0:9001"):  # fmt: skip
         assert line in text, text
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def admin(socket_path: Path, command: str) -> str:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(str(socket_path))
+        sock.sendall(command.encode() + b"\n")
+        return b"".join(iter(lambda: sock.recv(65536), b"")).decode()
+
+
+def states(socket_path: Path) -> dict[str, str]:
+    found = server_states(admin(socket_path, "show stat"))
+    return {server: row["status"] for (_, server), row in found.items()}
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return value
+
+
+@pytest.mark.skipif(not shutil.which("haproxy"), reason="no haproxy here (make host-deps)")
+def test_real_haproxy_checks_drains_and_keeps_a_drain_through_a_reload(tmp_path: Path) -> None:
+    """The rendered config run by the distribution's HAProxy: a server answering /health is
+    UP, one on a closed port DOWN (named by verify), and a drained server stays DRAIN
+    across a reload through the role's state-saving helper."""
+    up = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    fleet = serving(lab1=[service(port=up.server_address[1])],
+                    lab2=[service(port=closed.getsockname()[1])])  # fmt: skip
+    sock, state = tmp_path / "admin.sock", tmp_path / "server-state"
+    frontends = plan([{"service": "qwen3-vl", "port": free_port()}], fleet, GW)
+    text = render(tmp_path, [], gateway_plan=[f.to_dict() for f in frontends],
+                  gateway_stats_socket=str(sock), gateway_check={"inter": "100ms", "fall": 2,
+                                                                 "rise": 2})  # fmt: skip
+    for line in (
+        "chroot /var/lib/haproxy\n",
+        "    user haproxy\n",
+        "    group haproxy\n",
+        "    daemon\n",
+        "    log /dev/log local0\n",
+        "    log /dev/log local1 notice\n",
+    ):
+        text = text.replace(line, "")  # fmt: skip
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(text.replace("10.213.0.11", "127.0.0.1").replace("10.213.0.12", "127.0.0.1"))
+    proc = subprocess.Popen(["haproxy", "-W", "-db", "-f", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        assert wait_for(lambda: sock.exists() and states(sock) == {"lab1": "UP", "lab2": "DOWN"})
+        checks = _server_checks("gw1", frontends, server_from(sock))
+        assert [(c.name, c.status) for c in checks] == [("backend lab1", "pass"),
+                                                         ("backend lab2", "fail")]  # fmt: skip
+        assert "HAProxy on gw1 sees lab2 DOWN" in checks[1].fix
+        admin(sock, "set server qwen3-vl/lab1 state drain")
+        assert states(sock)["lab1"] == "DRAIN"
+        helper = ROLE / "files" / "haproxy-save-state"
+        subprocess.run([sys.executable, str(helper), str(sock), str(state)], check=True)
+        assert "qwen3-vl" in state.read_text()
+        proc.send_signal(signal.SIGUSR2)  # the reload haproxy.service's ExecReload sends
+        time.sleep(1.0)
+        assert wait_for(lambda: sock.exists() and "lab1" in states(sock))
+        assert states(sock)["lab1"] == "DRAIN"
+        admin(sock, "set server qwen3-vl/lab1 state ready")
+        assert wait_for(lambda: states(sock)["lab1"] == "UP")
+        # Without the saved states a reload forgets a drain: the helper is what keeps it.
+        admin(sock, "set server qwen3-vl/lab1 state drain")
+        state.unlink()
+        proc.send_signal(signal.SIGUSR2)
+        time.sleep(1.0)
+        assert wait_for(lambda: sock.exists() and states(sock).get("lab1") == "UP")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        up.shutdown()
+        closed.close()
+
+
+def server_from(sock: Path) -> dict[tuple[str, str], dict[str, str]]:
+    return server_states(admin(sock, "show stat"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

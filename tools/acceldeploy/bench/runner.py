@@ -24,7 +24,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.serving.hostplan import HostPlan
 from acceldeploy.serving.render import Launch
 from acceldeploy.serving.unit import ServiceUnit
-from acceldeploy.verify.runner import connection
+from acceldeploy.verify.remote import connection
 
 REMOTE_ROOT = "/var/tmp/acceldeploy-bench"
 SETTLE_SECONDS = 3.0

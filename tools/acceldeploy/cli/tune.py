@@ -33,7 +33,7 @@ from acceldeploy.serving.unit import ServiceUnit
 from acceldeploy.tune import apply, decision, dropin, estimate, space
 from acceldeploy.tune import report as shown
 from acceldeploy.tune.search import Budget, Candidate, evaluate, load_state, save_state, search
-from acceldeploy.verify.runner import connection
+from acceldeploy.verify.remote import connection
 
 MAX_RUNS = 20
 

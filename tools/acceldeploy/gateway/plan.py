@@ -10,9 +10,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import roledefaults
 from acceldeploy.serving.service import LOOPBACK, Service, parse_services
 
 VAR = "gateway_frontends"
+GROUP = "gateways"
 WILDCARDS = ("0.0.0.0", "::")
 MAX_WEIGHT = 256  # HAProxy's bound
 
@@ -185,3 +187,33 @@ def backend_keys(serving: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """service name -> its API key, which every host serving it must share (the gateway adds
     one Authorization header per backend)."""
     return _keys(_served(serving))
+
+
+def is_gateway(hostvars: Mapping[str, Any]) -> bool:
+    return GROUP in (hostvars.get("group_names") or [])
+
+
+def fleet_views(
+    every: Mapping[str, Mapping[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """From every host's variables: the serving hosts' views and the gateways' addresses."""
+    serving, gateways = {}, {}
+    for host, hv in every.items():
+        address = str(hv.get("ansible_host") or host)
+        if is_gateway(hv):
+            gateways[host] = address
+        else:
+            serving[host] = {"services": hv.get("acceldeploy_services") or [],
+                             "platform": str(hv.get("acceldeploy_platform") or "cpu"),
+                             "address": address}  # fmt: skip
+    return serving, gateways
+
+
+def settings(hostvars: Mapping[str, Any]) -> Settings:
+    """A gateway host's settings: its variables, else the role's defaults."""
+    return Settings(
+        bind=str(roledefaults.value(hostvars, "gateway_bind")),
+        client_keys=bool(roledefaults.value(hostvars, "gateway_client_keys")),
+        allow_unauthenticated=bool(roledefaults.value(hostvars, "gateway_allow_unauthenticated")),
+        stats_port=int(roledefaults.value(hostvars, "gateway_stats_port") or 0),
+    )

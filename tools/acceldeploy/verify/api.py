@@ -142,7 +142,8 @@ def _version(target: Target) -> Check:
     return _check(target, "version", ok, detail, "re-run playbooks/runtime.yml")
 
 
-def _chat(target: Target, name: str, content: Any) -> Check:
+def chat(target: Target, name: str, content: Any) -> Check:
+    """One real chat completion; it passes when the model answered with tokens."""
     started = time.monotonic()
     status, raw = request(target, "/v1/chat/completions", chat_body(target, content))
     if status != 200:
@@ -193,10 +194,10 @@ def check_api(target: Target) -> list[Check]:
     steps: list[tuple[str, Callable[[], Check]]] = [
         ("models", lambda: _models(target)),
         ("version", lambda: _version(target)),
-        ("chat_text", lambda: _chat(target, "chat_text", "Say hello.")),
+        ("chat_text", lambda: chat(target, "chat_text", "Say hello.")),
     ]
     if target.multimodal:
-        steps.append(("chat_image", lambda: _chat(target, "chat_image", image_content())))
+        steps.append(("chat_image", lambda: chat(target, "chat_image", image_content())))
     steps.append(("metrics", lambda: _metrics(target)))
     if target.dev_mode:
         steps += [

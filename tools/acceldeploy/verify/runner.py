@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
-import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.gateway.plan import is_gateway
 from acceldeploy.serving import selection
 from acceldeploy.serving.hostplan import HostPlan, host_plan
 from acceldeploy.serving.render import Launch, model_arch
 from acceldeploy.serving.service import Service
 from acceldeploy.serving.unit import cluster_check_argv
 from acceldeploy.verify import api, hoststate, memprobe
+from acceldeploy.verify.gateway import check_gateway
 from acceldeploy.verify.model import Check
+from acceldeploy.verify.remote import connection, tunnel
 
 
 @dataclass(frozen=True)
@@ -33,61 +32,6 @@ def takes_images(service: Service) -> bool:
     if service.limit_mm_per_prompt is not None:
         return service.limit_mm_per_prompt.get("image", 0) > 0
     return model_arch(service).is_multimodal
-
-
-def connection(hostname: str, hv: dict[str, Any], timeout: float) -> Any:
-    from fabric import Connection
-
-    key = hv.get("ansible_ssh_private_key_file")
-    args: dict[str, Any] = {"banner_timeout": timeout, "auth_timeout": timeout}
-    if key:
-        args["key_filename"] = str(key)
-    conn = Connection(
-        host=str(hv.get("ansible_host", hostname)),
-        port=int(hv.get("ansible_port", 22)),
-        user=str(hv.get("ansible_user", "root")),
-        connect_kwargs=args,
-        connect_timeout=timeout,
-    )
-    _host_key_policy(conn.client, str(hv.get("ansible_ssh_common_args", "")))
-    return conn
-
-
-def _host_key_policy(client: Any, ssh_args: str) -> None:
-    """The inventory's choice: known_hosts checked unless it turns StrictHostKeyChecking off
-    (the lab's throwaway hosts do); verify never writes known_hosts."""
-    import paramiko
-
-    if "StrictHostKeyChecking=no" in ssh_args.replace(" ", ""):
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-    else:
-        client.load_system_host_keys()
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def tunnel(conn: Any, launch: Launch) -> Iterator[str]:
-    local = free_port()
-    remote_host = "127.0.0.1" if launch.host in ("0.0.0.0", "::", "localhost") else launch.host
-    with conn.forward_local(local_port=local, remote_port=launch.port, remote_host=remote_host):
-        _wait_listening(local)
-        yield f"http://127.0.0.1:{local}"
-
-
-def _wait_listening(port: int, timeout: float = 5.0) -> None:
-    """fabric starts the tunnel's listener in a thread: wait until it accepts."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
 
 
 def collect(
@@ -187,7 +131,15 @@ def check_cluster(conn: Any, plan: HostPlan, launch: Launch, timeout: float) -> 
 
 
 def run(inventory: str, limit: str, options: Options) -> list[Check]:
+    """Every selected host: a gateway's HAProxy (verify/gateway.py), else its services."""
     found = selection.limited(inventory, limit)
+    every = selection.every_host(inventory) if any(map(is_gateway, found.values())) else {}
+
+    def one(host: str, hv: dict[str, Any]) -> list[Check]:
+        if is_gateway(hv):
+            return check_gateway(host, hv, every, options.timeout)
+        return check_host(host, hv, options)
+
     with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
-        results = pool.map(lambda item: check_host(item[0], item[1], options), found.items())
+        results = pool.map(lambda item: one(*item), found.items())
     return [check for host_checks in results for check in host_checks]
