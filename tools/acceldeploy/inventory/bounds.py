@@ -58,6 +58,8 @@ BOUNDS: dict[str, Bound] = {
     "vllm_service_drain_timeout": Bound(0, DAY, "seconds", note="0 does not wait"),
     "vllm_service_model_keep": Bound(-1, 100, "older revisions kept", note="-1 never prunes"),
     "vllm_service_max_fail_percentage": Bound(0, 100, "percent of a batch"),
+    "gateway_retries": Bound(0, 10, "retries", note="each on another server"),
+    "gateway_stats_port": Bound(0, 65535, "a TCP port", note="0 has no stats page"),
     "vllm_service_gate_max_tokens": Bound(1, 4096, "tokens"),
     "vllm_service_gate_retries": Bound(1, DAY // 5, "polls 5 s apart"),
     "gaudi_runtime_hccl_timeout": Bound(60, DAY, "seconds"),

@@ -15,6 +15,7 @@ from types import FrameType
 
 from acceldeploy.downloads import wheelhouse
 from acceldeploy.lab import hosts, mirror, rootfs, stack, wheelserver
+from acceldeploy.lab.inventory import drop_hosts
 from acceldeploy.lab.prereq import MIN_FREE_GB, PrereqError
 from acceldeploy.lab.rootfs import RootfsError
 
@@ -95,6 +96,14 @@ def configure(top: argparse.ArgumentParser) -> None:
         "server's port from them (needs nftables)",
     )
     up.add_argument(
+        "--gateways",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N more hosts after them, in the inventory's gateways group (roles/gateway: "
+        "HAProxy, no vLLM)",
+    )
+    up.add_argument(
         "--inventory", type=Path, default=hosts.DEFAULT_INVENTORY, help=argparse.SUPPRESS
     )
     down = sub.add_parser("down", help="shut all lab hosts down and remove their state")
@@ -102,6 +111,14 @@ def configure(top: argparse.ArgumentParser) -> None:
         "--keep",
         action="store_true",
         help="keep each host's written state (overlay upper dir) for the next up",
+    )
+    down.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this host (repeatable; the last ones, e.g. a gateway), dropped from the "
+        "inventory",
     )
     sub.add_parser("status", help="per host: suite, running, ssh port, boot id, is-system-running")
     prepare = sub.add_parser(
@@ -170,10 +187,13 @@ def run(args: argparse.Namespace, prog: str = "lab") -> int:
                 inventory=args.inventory,
                 timeout=args.timeout,
                 isolated=args.isolated,
+                gateways=args.gateways,
             )
             print(inventory)
         elif args.lab_command == "down":
-            hosts.down(paths, keep=args.keep)
+            stopped = hosts.down(paths, keep=args.keep, only=args.host)
+            if args.host:
+                drop_hosts(hosts.DEFAULT_INVENTORY, stopped)
         elif args.lab_command == "status":
             print(hosts.format_status(hosts.status(paths)))
         elif args.lab_command == "prepare":

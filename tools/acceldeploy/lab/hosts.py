@@ -583,9 +583,13 @@ def up(
     timeout: float = BOOT_TIMEOUT,
     say: Say = say_stdout,
     isolated: bool = False,
+    gateways: int = 0,
 ) -> Path:
     """Start lab1..labN, host i booting suites[i-1]; hosts already running are left alone.
-    isolated: each host in its own network namespace on the lab bridge (lab/isolation.py)."""
+    isolated: each host in its own network namespace on the lab bridge (lab/isolation.py).
+    gateways: that many more hosts after them, in the inventory's gateways group."""
+    suites = [*suites, *[rootfs.DEFAULT_SUITE] * gateways]
+    serving = len(suites) - gateways
     if not suites:
         raise LabError("--hosts must be at least 1")
     bind_list = [Bind.of(b) for b in binds]
@@ -680,7 +684,10 @@ def up(
         with progress.step(f"boot: {', '.join(s.name for s in specs)} until systemd is running"):
             wait_ready(specs, key, timeout)
         say("all hosts: systemctl is-system-running = running")
-        hosts = [InventoryHost(s.name, s.index, s.ssh_port, s.suite.name, s.address) for s in specs]
+        hosts = [
+            InventoryHost(s.name, s.index, s.ssh_port, s.suite.name, s.address, s.index > serving)
+            for s in specs
+        ]
         return write_inventory(inventory, hosts, key, paths.cache)
 
 
@@ -706,10 +713,20 @@ def _finish_stop(
 
 
 def down(
-    paths: LabPaths, keep: bool = False, timeout: float = STOP_TIMEOUT, say: Say = say_stdout
+    paths: LabPaths,
+    keep: bool = False,
+    timeout: float = STOP_TIMEOUT,
+    say: Say = say_stdout,
+    only: Sequence[str] = (),
 ) -> list[str]:
+    """Stops every lab host, or only those named (the last ones: the others keep their
+    numbering, and the inventory loses the stopped ones)."""
     prereq.require(prereq.check_root())
-    names = known_hosts(paths)
+    known = known_hosts(paths)
+    unknown = sorted(set(only) - set(known))
+    if unknown:
+        raise LabError(f"{', '.join(unknown)}: no such lab host (known: {', '.join(known)})")
+    names = [n for n in known if n in only] if only else known
     if not names:
         say("no lab hosts")
         return []
@@ -719,7 +736,7 @@ def down(
         deadline = time.monotonic() + timeout
         for name in names:
             _finish_stop(paths, name, pids[name], deadline, keep, say)
-        if isolation.remove_bridge():
+        if len(names) == len(known) and isolation.remove_bridge():
             say(f"the isolated lab's bridge {isolation.BRIDGE} and its filter removed")
     return names
 

@@ -14,6 +14,7 @@ from acceldeploy.lab import isolation
 from acceldeploy.lab.rootfs import DEFAULT_SUITE, suite_named
 
 GROUP = "lab"
+GATEWAYS = "gateways"
 HEADER = (
     "# Written by `tools/lab.py up`; rewritten on every up. Hosts are systemd-nspawn\n"
     "# containers on this machine sharing its network: each has its own sshd port.\n"
@@ -29,6 +30,8 @@ class InventoryHost:
     suite: str = DEFAULT_SUITE.name
     # The isolated lab: the host's address on the lab bridge (sshd on port 22 there).
     address: str = ""
+    # In the gateways group (roles/gateway), not the lab's serving group.
+    gateway: bool = False
 
 
 def inventory_data(
@@ -37,8 +40,9 @@ def inventory_data(
     """The lab group: its hosts, and the controller's cache (whose wheels/ the lab's wheel
     server serves) as python_env_wheel_cache when given."""
     entries: dict[str, Any] = {}
+    gateways: dict[str, Any] = {}
     for host in sorted(hosts, key=lambda h: h.index):
-        entries[host.name] = {
+        (gateways if host.gateway else entries)[host.name] = {
             "ansible_host": host.address or "127.0.0.1",
             "ansible_port": host.ssh_port,
             "ansible_user": "root",
@@ -65,7 +69,8 @@ def inventory_data(
                         **({"python_env_wheel_cache": str(cache)} if cache else {}),
                     },
                     "hosts": entries,
-                }
+                },
+                **({GATEWAYS: {"hosts": gateways}} if gateways else {}),
             }
         }
     }
@@ -74,7 +79,25 @@ def inventory_data(
 def write_inventory(
     path: Path, hosts: list[InventoryHost], key: Path, cache: Path | None = None
 ) -> Path:
-    data = inventory_data(hosts, key, cache)
+    return _write(path, inventory_data(hosts, key, cache))
+
+
+def drop_hosts(path: Path, names: list[str]) -> Path | None:
+    """The inventory without these hosts (a group left empty goes too); None if absent."""
+    if not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text()) or {}
+    children = data.get("all", {}).get("children", {})
+    for group in list(children):
+        members = children[group].get("hosts") or {}
+        for name in names:
+            members.pop(name, None)
+        if group != GROUP and not members:
+            del children[group]
+    return _write(path, data)
+
+
+def _write(path: Path, data: dict[str, Any]) -> Path:
     body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".hosts.", suffix=".yml", dir=path.parent)
