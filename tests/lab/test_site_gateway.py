@@ -1,0 +1,144 @@
+"""One endpoint (roles/gateway) on a lab host of its own: lab3, in the gateways group (tools/
+lab.py up --gateways 1), where no vLLM goes. site.yml deploys HAProxy there, from the lab's own
+apt repository, in front of lab1's and lab2's services; a second run changes nothing on any
+host; verify checks the gateway (each backend UP, a real completion through the endpoint) and
+names a drained backend with its host; requests through the endpoint reach both hosts; a
+misconfigured frontend is refused in preflight, naming the variable, before any host changes.
+Run after test_site.py (the served lab)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from ansible_run import run_playbook
+from labhost import INVENTORY, ROOT, lab_cli, on_host
+
+pytestmark = pytest.mark.e2e
+
+GATEWAY = "lab3"
+SERVING = ("lab1", "lab2")
+ENDPOINT = "http://127.0.0.1:9001"  # the lab's gateway_frontends; the lab shares one network
+CONFIG = "/etc/haproxy/haproxy.cfg"
+STAT = (
+    "import socket\n"
+    "s=socket.socket(socket.AF_UNIX)\n"
+    "s.connect('/run/haproxy/admin.sock')\n"
+    "s.sendall(b'show stat\\n')\n"
+    "print(b''.join(iter(lambda:s.recv(65536),b'')).decode())\n"
+)
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[str]:
+    lab_cli("up", "--hosts", "2", "--gateways", "1")
+    try:
+        yield GATEWAY
+    finally:
+        lab_cli("down", "--host", GATEWAY)
+
+
+def admin(command: str) -> str:
+    script = STAT.replace("show stat", command)
+    return on_host(GATEWAY, f"python3 -c {json.dumps(script)}")
+
+
+def served_by() -> dict[str, int]:
+    """Each backend server's total sessions, from HAProxy's own counters."""
+    rows = admin("show stat").lstrip("# ").splitlines()
+    header = rows[0].split(",")
+    found = {}
+    for row in rows[1:]:
+        cells = dict(zip(header, row.split(","), strict=False))
+        if cells.get("pxname") == "qwen3-vl" and cells.get("svname") in SERVING:
+            found[cells["svname"]] = int(cells["stot"])
+    return found
+
+
+def chat() -> int:
+    body = {"model": "qwen3-vl", "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 4}  # fmt: skip
+    request = urllib.request.Request(f"{ENDPOINT}/v1/chat/completions",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=120) as resp:
+        return int(resp.status)
+
+
+def verify() -> tuple[int, list[dict]]:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/verify.py"), "-i", str(INVENTORY), "--json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    return proc.returncode, json.loads(proc.stdout)["checks"]
+
+
+def config_digest() -> str:
+    return hashlib.sha256(on_host(GATEWAY, f"cat {CONFIG}").encode()).hexdigest()
+
+
+def test_site_deploys_the_gateway_and_a_second_run_changes_nothing(gateway: str) -> None:
+    preview = run_playbook("playbooks/gateway.yml", INVENTORY, check=True, diff=True)
+    assert preview.ok, preview.output[-4000:]  # on the bare gateway host
+    first = run_playbook("site.yml", INVENTORY, timeout=3000)
+    assert first.ok, first.output[-6000:]
+    assert first.changed(GATEWAY) > 0
+    second = run_playbook("site.yml", INVENTORY, timeout=3000)
+    assert second.ok, second.output[-6000:]
+    assert {h: second.changed(h) for h in (*SERVING, GATEWAY)} == dict.fromkeys(
+        (*SERVING, GATEWAY), 0
+    ), second.drift()
+    again = run_playbook("playbooks/gateway.yml", INVENTORY, check=True, diff=True)
+    assert again.ok and again.changed(GATEWAY) == 0, again.output[-4000:]
+    assert on_host(GATEWAY, "systemctl is-active haproxy").strip() == "active"
+    assert on_host(GATEWAY, "ls /etc/systemd/system | grep -c qwen3-vl || true").strip() == "0"
+    keys = on_host(GATEWAY, "stat -c '%a %U' /etc/haproxy/acceldeploy-backend-keys.map")
+    assert keys.strip() == "600 root"
+
+
+def test_the_endpoint_reaches_both_hosts_and_verify_checks_it(gateway: str) -> None:
+    before = served_by()
+    assert [chat() for _ in range(12)] == [200] * 12
+    after = served_by()
+    assert all(after[h] > before.get(h, 0) for h in SERVING), (before, after)
+    code, checks = verify()
+    mine = [c for c in checks if c["host"] == GATEWAY]
+    assert code == 0, [c for c in checks if c["status"] == "fail"]
+    assert {c["name"] for c in mine} >= {"backend lab1", "backend lab2", "gateway chat"}
+
+
+def test_verify_names_a_drained_backend_with_its_host(gateway: str) -> None:
+    admin("set server qwen3-vl/lab2 state drain")
+    try:
+        code, checks = verify()
+        failed = [(c["host"], c["name"], c["detail"]) for c in checks if c["status"] == "fail"]
+        assert code == 1 and len(failed) == 1, failed
+        assert failed[0][:2] == (GATEWAY, "backend lab2") and "DRAIN" in failed[0][2]
+        assert chat() == 200  # lab1 still serves
+    finally:
+        admin("set server qwen3-vl/lab2 state ready")
+
+
+@pytest.mark.parametrize(
+    "frontends, says",
+    [
+        ([{"service": "qwen3-vl", "port": 9001}, {"service": "qwen3-vl", "port": 9001}],
+         "gateway_frontends[1].port 9001 is also gateway_frontends[0].port"),
+        ([{"service": "qwen3-vl", "port": 9001, "servers": [{"host": "lab2", "port": 8009}]}],
+         "gateway_frontends[0].servers[0]: no service qwen3-vl answers on lab2:8009"),
+    ],
+)  # fmt: skip
+def test_a_misconfigured_gateway_is_refused_in_preflight(
+    gateway: str, frontends: list[dict], says: str
+) -> None:
+    before = config_digest()
+    run = run_playbook("site.yml", INVENTORY, {"gateway_frontends": frontends}, timeout=1800)
+    assert not run.ok and says in run.output, run.output[-4000:]
+    assert {h: run.changed(h) for h in (*SERVING, GATEWAY)} == dict.fromkeys((*SERVING, GATEWAY), 0)
+    assert config_digest() == before
