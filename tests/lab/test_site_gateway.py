@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import subprocess
 import sys
 import urllib.request
@@ -45,7 +46,7 @@ def gateway() -> Iterator[str]:
 
 def admin(command: str) -> str:
     script = STAT.replace("show stat", command)
-    return on_host(GATEWAY, f"python3 -c {json.dumps(script)}")
+    return on_host(GATEWAY, f"python3 -c {shlex.quote(script)}")
 
 
 def served_by() -> dict[str, int]:

@@ -107,6 +107,9 @@ def test_an_a_a_space_has_no_winner_three_times_and_apply_refuses(inventory, tmp
         assert vars_file.read_text() == before
         (same,) = [r for r in state["points"] if not r["deployed"]]
         assert same["runs"] == 3 and same["passes"] and same["beats"] is None
+        # Not beating the deployed flags is the decision: its gain's interval is not wholly
+        # above 0. (That the 90% interval also holds 0 is not asserted: for the same flags it
+        # misses 0 on either side one tune in ten, by construction.)
         gain = same["gain_sla_throughput"]
-        assert gain["low"] <= 0 <= gain["high"], gain
+        assert not gain["low"] > 0, gain
         assert state["restored"]["healthy"] and state["restored"]["identical"]
