@@ -12,6 +12,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from acceldeploy.downloads import weights
+from acceldeploy.gateway import plan as gateway_plan
+from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.state import prune, switch
 
 
@@ -177,6 +179,17 @@ def switched_back_line(others: list[Any]) -> str:
     return "Rolled back too (acceldeploy_rollback_all): " + "; ".join(parts) + "."
 
 
+def vllm_service_gateway_targets(
+    frontends: dict[str, Any], sockets: dict[str, Any], host: str, services: list[str]
+) -> list[dict[str, str]]:
+    """{gateway: its gateway_frontends} | vllm_service_gateway_targets({gateway: its
+    gateway_stats_socket or ''}, host, services): where the rollout drains each service
+    before its restart and readies it after its gate."""
+    views = {str(g): {"frontends": plain(f), "socket": str(sockets.get(g) or "")}
+             for g, f in frontends.items()}  # fmt: skip
+    return gateway_plan.targets(views, str(host), [str(s) for s in services])
+
+
 def vllm_service_failure_report(
     host: str,
     failure: dict[str, Any],
@@ -185,6 +198,7 @@ def vllm_service_failure_report(
     switched: list[str],
     rollback: bool,
     others: list[Any] | None = None,
+    drained: list[str] | None = None,
 ) -> str:
     """Why the rollout stopped on this host and what the rollback did: the cause, the journal
     lines that show it, the services back on their last good set ({service: its /health
@@ -219,6 +233,9 @@ def vllm_service_failure_report(
         lines.append(f"Already switched by this run and serving the new units: "
                      f"{', '.join(others_hosts)} (left as they are; "
                      "-e acceldeploy_rollback_all=true rolls them back too).")  # fmt: skip
+    if drained:
+        lines.append(f"Out of the gateways' rotation (drained, not serving): "
+                     f"{', '.join(str(d) for d in drained)} on {host}.")  # fmt: skip
     journal = [str(line) for line in failure.get("journal") or []]
     if journal:
         lines.append("Journal: " + " | ".join(journal[-12:]))
@@ -237,6 +254,7 @@ class FilterModule:
             "vllm_service_state_spec": vllm_service_state_spec,
             "vllm_service_rollback_files": vllm_service_rollback_files,
             "vllm_service_failure_report": vllm_service_failure_report,
+            "vllm_service_gateway_targets": vllm_service_gateway_targets,
             "vllm_service_model_prune_spec": vllm_service_model_prune_spec,
             "vllm_service_set_files": vllm_service_set_files,
             "vllm_service_switch_lines": vllm_service_switch_lines,

@@ -217,3 +217,22 @@ def settings(hostvars: Mapping[str, Any]) -> Settings:
         allow_unauthenticated=bool(roledefaults.value(hostvars, "gateway_allow_unauthenticated")),
         stats_port=int(roledefaults.value(hostvars, "gateway_stats_port") or 0),
     )
+
+
+def targets(
+    gateways: Mapping[str, Mapping[str, Any]], host: str, services: list[str]
+) -> list[dict[str, str]]:
+    """[{gateway, socket, service}]: where the rollout drains and readies this host's services,
+    from each gateway's {frontends, socket}: a frontend of the service that sends to every
+    host serving it, or names this host among its servers."""
+    found = []
+    for gateway, view in sorted(gateways.items()):
+        socket_path = str(view.get("socket") or roledefaults.value({}, "gateway_stats_socket"))
+        for raw in view.get("frontends") or []:
+            servers = raw.get("servers")
+            if raw.get("service") in services and (
+                servers is None or any(str(s.get("host")) == host for s in servers)
+            ):
+                found.append({"gateway": gateway, "socket": socket_path,
+                              "service": str(raw["service"])})  # fmt: skip
+    return found
