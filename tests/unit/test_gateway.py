@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.gateway.plan import Settings, backend_keys, plan
+from acceldeploy.gateway.plan import Settings, backend_keys, plan, targets
 from acceldeploy.verify.gateway import _server_checks, server_states
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gateway"
@@ -277,3 +277,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_the_rollout_drains_a_service_where_a_gateway_sends_to_this_host() -> None:
+    everyone = {"gw1": {"frontends": [{"service": "qwen3-vl", "port": 9001}], "socket": ""},
+                "gw2": {"frontends": [{"service": "qwen3-vl", "port": 9001,
+                                       "servers": [{"host": "lab2", "port": 8002}]},
+                                      {"service": "other", "port": 9002}],
+                        "socket": "/run/gw2.sock"}}  # fmt: skip
+    assert targets(everyone, "lab1", ["qwen3-vl"]) == [
+        {"gateway": "gw1", "socket": "/run/haproxy/admin.sock", "service": "qwen3-vl"}]  # fmt: skip
+    assert [t["gateway"] for t in targets(everyone, "lab2", ["qwen3-vl", "x"])] == ["gw1", "gw2"]
+    assert targets(everyone, "lab1", ["x"]) == []
