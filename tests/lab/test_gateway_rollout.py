@@ -161,7 +161,7 @@ def report(name: str, load: Load, sessions: Sessions, t0: float, events: dict[st
         "failed": len(load.failed()),
         "failures": [
             {"t": round(r["sent"] - t0, 2), "outcome": r["outcome"]} for r in load.failed()
-        ],  # fmt: skip
+        ],
         "steady_p50_ms": p(steady, 0.5),
         "steady_p99_ms": p(steady, 0.99),
         "during_p50_ms": p(during, 0.5),
