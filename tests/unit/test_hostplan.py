@@ -18,7 +18,7 @@ from acceldeploy.planner import stacks
 from acceldeploy.planner.platforms import get_platform, platform_names
 from acceldeploy.serving import hostplan
 from acceldeploy.serving.unit import UnitOptions, render_files, var_name
-from acceldeploy.verify import hoststate, runner
+from acceldeploy.verify import hoststate, remote, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 ASCEND = (str(ROOT / "inventory/examples/ascend-910b"), "npu-01")
@@ -59,7 +59,7 @@ def test_verify_on_gaudi_expects_the_forks_version(monkeypatch):
 
     active = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
               "UnitFileState": "enabled", "NRestarts": "0", "journal_errors": []}  # fmt: skip
-    monkeypatch.setattr(runner, "connection", lambda *a: Conn())
+    monkeypatch.setattr(remote, "connection", lambda *a: Conn())
     monkeypatch.setattr(
         runner, "collect", lambda conn, units, files, t: {"units": dict.fromkeys(units, active)}
     )

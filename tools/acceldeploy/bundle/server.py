@@ -221,19 +221,18 @@ def make_handler(served: Served) -> type[BaseHTTPRequestHandler]:
                 self._log(MODELS_TAG, 401, self._send(401, b"unauthorized\n"), started)
                 return
             file = model_file(served.models, relative) if served.models else None
-            if file is None or not file.is_file():
-                self._log(MODELS_TAG, 404, self._send(404, b"not found\n"), started)
-                return
-            status, sent = self._file(file)
-            self._log(MODELS_TAG, status, sent, started)
+            self._logged_file(MODELS_TAG, file, started)
 
         def _package(self, relative: str, started: float) -> None:
             file = package_file(served.packages, relative) if served.packages else None
+            self._logged_file(OS_TAG, file, started)
+
+        def _logged_file(self, tag: str, file: Path | None, started: float) -> None:
             if file is None or not file.is_file():
-                self._log(OS_TAG, 404, self._send(404, b"not found\n"), started)
+                self._log(tag, 404, self._send(404, b"not found\n"), started)
                 return
             status, sent = self._file(file)
-            self._log(OS_TAG, status, sent, started)
+            self._log(tag, status, sent, started)
 
         def _file(self, file: Path) -> tuple[int, int]:
             """Sends the file (from a Range start if asked): (status, body bytes sent)."""

@@ -14,7 +14,7 @@ from acceldeploy.gateway import plan
 from acceldeploy.inventory import roledefaults
 from acceldeploy.verify import api
 from acceldeploy.verify.model import Check
-from acceldeploy.verify.remote import connection, forward
+from acceldeploy.verify.remote import forward, reach
 
 # `show stat` over the runtime API's socket, with the Python every Ansible host has.
 STAT = (
@@ -75,20 +75,10 @@ def check_gateway(
         keys = list(roledefaults.value(hostvars, "gateway_client_keys") or [])
     except AcceldeployError as exc:
         return [Check(hostname, "inventory", "fail", str(exc), "fix the inventory")]
-    try:
-        conn = connection(hostname, dict(hostvars), timeout)
-        conn.open()
-    except Exception as exc:
-        return [
-            Check(
-                hostname,
-                "ssh",
-                "fail",
-                f"unreachable: {type(exc).__name__}: {exc}",
-                "check the host is up and the inventory's ansible_host/port/user/key",
-            )
-        ]
-    checks = [Check(hostname, "ssh", "pass", f"{conn.user}@{conn.host}:{conn.port}")]
+    conn, reached = reach(hostname, dict(hostvars), timeout)
+    checks = [reached]
+    if conn is None:
+        return checks
     try:
         command = shlex.join(["python3", "-c", STAT, socket_path])
         result = conn.run(command, hide=True, warn=True, timeout=timeout)

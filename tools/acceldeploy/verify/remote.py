@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from acceldeploy.serving.render import Launch
+from acceldeploy.verify.model import Check
 
 
 def connection(hostname: str, hv: dict[str, Any], timeout: float) -> Any:
@@ -71,3 +72,16 @@ def _wait_listening(port: int, timeout: float = 5.0) -> None:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)
+
+
+def reach(hostname: str, hv: dict[str, Any], timeout: float) -> tuple[Any, Check]:
+    """An open connection to the host and the passing ssh check, or None and the failing one
+    (what it said, and what to look at)."""
+    try:
+        conn = connection(hostname, hv, timeout)
+        conn.open()
+    except Exception as exc:
+        fix = "check the host is up and the inventory's ansible_host/port/user/key"
+        said = f"unreachable: {type(exc).__name__}: {exc}"
+        return None, Check(hostname, "ssh", "fail", said, fix)
+    return conn, Check(hostname, "ssh", "pass", f"{conn.user}@{conn.host}:{conn.port}")

@@ -18,7 +18,7 @@ from acceldeploy.serving.unit import cluster_check_argv
 from acceldeploy.verify import api, hoststate, memprobe
 from acceldeploy.verify.gateway import check_gateway
 from acceldeploy.verify.model import Check
-from acceldeploy.verify.remote import connection, tunnel
+from acceldeploy.verify.remote import reach, tunnel
 
 
 @dataclass(frozen=True)
@@ -54,20 +54,10 @@ def check_host(hostname: str, hv: dict[str, Any], options: Options) -> list[Chec
         return [Check(hostname, "inventory", "fail", str(exc), "fix the inventory")]
     platform = plan.platform.name
     services = {s.name: s for s in plan.services}
-    try:
-        conn = connection(hostname, hv, options.timeout)
-        conn.open()
-    except Exception as exc:
-        return [
-            Check(
-                hostname,
-                "ssh",
-                "fail",
-                f"unreachable: {type(exc).__name__}: {exc}",
-                "check the host is up and the inventory's ansible_host/port/user/key",
-            )
-        ]
-    checks = [Check(hostname, "ssh", "pass", f"{conn.user}@{conn.host}:{conn.port}")]
+    conn, reached = reach(hostname, hv, options.timeout)
+    checks = [reached]
+    if conn is None:
+        return checks
     nodes = plan.node_units()
     try:
         units = [x.name for x in launches] + [n.name for n in nodes]
