@@ -16,6 +16,7 @@ from acceldeploy.lab import tinymodel
 from acceldeploy.lab.mirror import default_mirror
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.render import Launch
+from acceldeploy.verify.gateway import runtime_api_command, server_states
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = Path(os.environ.get("ACCELDEPLOY_TEST_INVENTORY", ROOT / "inventory/lab/hosts.yml"))
@@ -90,3 +91,14 @@ def unit_alive(host: str, unit: str) -> None:
     if state not in ("active", "activating"):
         log = on_host(host, f"journalctl -u {unit} --no-pager -n 60", check=False)
         raise AssertionError(f"{unit} on {host} is {state}:\n{log}")
+
+
+def haproxy(host: str, command: str) -> str:
+    """A command on the HAProxy runtime API of a lab gateway host, and its answer."""
+    return on_host(host, runtime_api_command("/run/haproxy/admin.sock", command))
+
+
+def haproxy_servers(host: str, backend: str) -> dict[str, dict[str, str]]:
+    """{server: its `show stat` row} of one backend, from HAProxy's own counters."""
+    rows = server_states(haproxy(host, "show stat"))
+    return {server: row for (proxy, server), row in rows.items() if proxy == backend}

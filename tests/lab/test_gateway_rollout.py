@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import threading
 import time
@@ -33,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible_run import run_playbook
-from labhost import INVENTORY, lab_cli, on_host
+from labhost import INVENTORY, haproxy_servers, lab_cli, on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -42,13 +41,6 @@ ENDPOINT = "http://127.0.0.1:9001/v1/chat/completions"
 RATE = 4.0  # requests per second, steady, for the whole of each proof
 CHECK = {"inter_s": 2.0, "fall": 2}  # the role's defaults: gateway_check
 RESULTS = Path(os.environ.get("ACCELDEPLOY_CACHE") or "/var/cache/acceldeploy") / "logs"
-STAT = (
-    "import socket\n"
-    "s=socket.socket(socket.AF_UNIX)\n"
-    "s.connect('/run/haproxy/admin.sock')\n"
-    "s.sendall(b'show stat\\n')\n"
-    "print(b''.join(iter(lambda:s.recv(65536),b'')).decode())\n"
-)
 
 
 class Load:
@@ -134,16 +126,9 @@ class Sessions:
 
 
 def stats() -> dict[str, dict[str, Any]]:
-    text = on_host(GATEWAY, f"python3 -c {shlex.quote(STAT)}").lstrip("# ")
-    rows = text.splitlines()
-    header = rows[0].split(",")
-    found = {}
-    for row in rows[1:]:
-        cells = dict(zip(header, row.split(","), strict=False))
-        if cells.get("pxname") == "qwen3-vl" and cells.get("svname") in SERVING:
-            found[cells["svname"]] = {"stot": int(cells["stot"]), "scur": int(cells["scur"]),
-                                      "status": cells["status"]}  # fmt: skip
-    return found
+    found = haproxy_servers(GATEWAY, "qwen3-vl")
+    return {h: {"stot": int(r["stot"]), "scur": int(r["scur"]), "status": r["status"]}
+            for h, r in found.items() if h in SERVING}  # fmt: skip
 
 
 def p(values: list[float], q: float) -> float:

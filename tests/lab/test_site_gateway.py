@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import subprocess
 import sys
 import urllib.request
@@ -18,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from ansible_run import run_playbook
-from labhost import INVENTORY, ROOT, lab_cli, on_host
+from labhost import INVENTORY, ROOT, haproxy, haproxy_servers, lab_cli, on_host
 
 pytestmark = pytest.mark.e2e
 
@@ -26,13 +25,6 @@ GATEWAY = "lab3"
 SERVING = ("lab1", "lab2")
 ENDPOINT = "http://127.0.0.1:9001"  # the lab's gateway_frontends; the lab shares one network
 CONFIG = "/etc/haproxy/haproxy.cfg"
-STAT = (
-    "import socket\n"
-    "s=socket.socket(socket.AF_UNIX)\n"
-    "s.connect('/run/haproxy/admin.sock')\n"
-    "s.sendall(b'show stat\\n')\n"
-    "print(b''.join(iter(lambda:s.recv(65536),b'')).decode())\n"
-)
 
 
 @pytest.fixture(scope="module")
@@ -45,20 +37,13 @@ def gateway() -> Iterator[str]:
 
 
 def admin(command: str) -> str:
-    script = STAT.replace("show stat", command)
-    return on_host(GATEWAY, f"python3 -c {shlex.quote(script)}")
+    return haproxy(GATEWAY, command)
 
 
 def served_by() -> dict[str, int]:
     """Each backend server's total sessions, from HAProxy's own counters."""
-    rows = admin("show stat").lstrip("# ").splitlines()
-    header = rows[0].split(",")
-    found = {}
-    for row in rows[1:]:
-        cells = dict(zip(header, row.split(","), strict=False))
-        if cells.get("pxname") == "qwen3-vl" and cells.get("svname") in SERVING:
-            found[cells["svname"]] = int(cells["stot"])
-    return found
+    found = haproxy_servers(GATEWAY, "qwen3-vl")
+    return {server: int(row["stot"]) for server, row in found.items() if server in SERVING}
 
 
 def chat() -> int:

@@ -16,16 +16,21 @@ from acceldeploy.verify import api
 from acceldeploy.verify.model import Check
 from acceldeploy.verify.remote import forward, reach
 
-# `show stat` over the runtime API's socket, with the Python every Ansible host has.
-STAT = (
+# A command on HAProxy's runtime API (argv: socket, command), with the Python every Ansible
+# host has; its answer on stdout.
+RUNTIME_API = (
     "import socket,sys\n"
     "s=socket.socket(socket.AF_UNIX)\n"
     "s.settimeout(10)\n"
     "s.connect(sys.argv[1])\n"
-    "s.sendall(b'show stat\\n')\n"
+    "s.sendall(sys.argv[2].encode()+b'\\n')\n"
     "d=b''.join(iter(lambda:s.recv(65536),b''))\n"
     "sys.stdout.write(d.decode())\n"
 )
+
+
+def runtime_api_command(socket_path: str, command: str) -> str:
+    return shlex.join(["python3", "-c", RUNTIME_API, socket_path, command])
 
 
 def server_states(stat_csv: str) -> dict[tuple[str, str], dict[str, str]]:
@@ -80,7 +85,7 @@ def check_gateway(
     if conn is None:
         return checks
     try:
-        command = shlex.join(["python3", "-c", STAT, socket_path])
+        command = runtime_api_command(socket_path, "show stat")
         result = conn.run(command, hide=True, warn=True, timeout=timeout)
         if result.exited != 0:
             return [*checks, Check(hostname, "haproxy", "fail",
