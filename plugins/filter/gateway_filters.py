@@ -14,11 +14,9 @@ def _serving(
     services: Mapping[str, Any], platforms: Mapping[str, Any], addresses: Mapping[str, Any]
 ) -> dict[str, dict[str, Any]]:
     return {
-        str(host): {
-            "services": plain(value),
-            "platform": str(platforms.get(host) or "cpu"),
-            "address": str(addresses.get(host) or host),
-        }
+        str(host): plan.serving_view(
+            str(host), plain(value), platforms.get(host), addresses.get(host)
+        )
         for host, value in services.items()
     }
 

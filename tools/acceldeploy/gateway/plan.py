@@ -189,6 +189,13 @@ def backend_keys(serving: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     return _keys(_served(serving))
 
 
+def serving_view(host: str, services: Any, platform: Any, address: Any) -> dict[str, Any]:
+    """What the plan needs of a serving host: its services, platform and address (an unset
+    one is the host's own name, as Ansible reaches it)."""
+    return {"services": services or [], "platform": str(platform or "cpu"),
+            "address": str(address or host)}  # fmt: skip
+
+
 def is_gateway(hostvars: Mapping[str, Any]) -> bool:
     return GROUP in (hostvars.get("group_names") or [])
 
@@ -203,9 +210,9 @@ def fleet_views(
         if is_gateway(hv):
             gateways[host] = address
         else:
-            serving[host] = {"services": hv.get("acceldeploy_services") or [],
-                             "platform": str(hv.get("acceldeploy_platform") or "cpu"),
-                             "address": address}  # fmt: skip
+            serving[host] = serving_view(
+                host, hv.get("acceldeploy_services"), hv.get("acceldeploy_platform"), address
+            )
     return serving, gateways
 
 

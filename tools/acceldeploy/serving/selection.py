@@ -18,9 +18,12 @@ def every_host(inventory: str) -> dict[str, dict[str, Any]]:
     return with_node_ips(hosts_vars(inventory, "all"))
 
 
-def limited(inventory: str, limit: str) -> dict[str, dict[str, Any]]:
-    """The variables of the hosts --limit selects (node addresses filled in)."""
-    every = every_host(inventory)
+def limited(
+    inventory: str, limit: str, every: Mapping[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The variables of the hosts --limit selects (node addresses filled in), from `every`
+    (every_host's) when the caller has read them already."""
+    every = every_host(inventory) if every is None else every
     names = list(every) if limit == "all" else host_names(inventory, limit)
     if not names:
         raise AcceldeployError(f"no hosts in {inventory} match --limit {limit}")

@@ -14,7 +14,7 @@ from acceldeploy.gateway import plan
 from acceldeploy.inventory import roledefaults
 from acceldeploy.verify import api
 from acceldeploy.verify.model import Check
-from acceldeploy.verify.remote import forward, reach
+from acceldeploy.verify.remote import forward, on_host, reach
 
 # A command on HAProxy's runtime API (argv: socket, command), with the Python every Ansible
 # host has; its answer on stdout.
@@ -93,8 +93,7 @@ def check_gateway(
                                    f"systemctl status haproxy on {hostname}")]  # fmt: skip
         checks += _server_checks(hostname, frontends, server_states(result.stdout))
         for frontend in frontends:
-            address = "127.0.0.1" if frontend.bind in plan.WILDCARDS else frontend.bind
-            with forward(conn, address, frontend.port) as base:
+            with forward(conn, on_host(frontend.bind), frontend.port) as base:
                 target = api.Target(host=hostname, service=frontend.service, base=base,
                                     expect_version="", multimodal=False, dev_mode=False,
                                     api_key=keys[0] if keys else None, timeout=timeout)  # fmt: skip

@@ -59,9 +59,13 @@ def forward(conn: Any, remote_host: str, remote_port: int) -> Iterator[str]:
         yield f"http://127.0.0.1:{local}"
 
 
+def on_host(bind: str) -> str:
+    """Where a listener bound to `bind` answers from the host itself."""
+    return "127.0.0.1" if bind in ("0.0.0.0", "::", "localhost") else bind
+
+
 def tunnel(conn: Any, launch: Launch) -> contextlib.AbstractContextManager[str]:
-    remote_host = "127.0.0.1" if launch.host in ("0.0.0.0", "::", "localhost") else launch.host
-    return forward(conn, remote_host, launch.port)
+    return forward(conn, on_host(launch.host), launch.port)
 
 
 def _wait_listening(port: int, timeout: float = 5.0) -> None:

@@ -122,8 +122,8 @@ def check_cluster(conn: Any, plan: HostPlan, launch: Launch, timeout: float) -> 
 
 def run(inventory: str, limit: str, options: Options) -> list[Check]:
     """Every selected host: a gateway's HAProxy (verify/gateway.py), else its services."""
-    found = selection.limited(inventory, limit)
-    every = selection.every_host(inventory) if any(map(is_gateway, found.values())) else {}
+    every = selection.every_host(inventory)
+    found = selection.limited(inventory, limit, every)
 
     def one(host: str, hv: dict[str, Any]) -> list[Check]:
         if is_gateway(hv):
