@@ -39,6 +39,13 @@ def acceldeploy_node_ips(services: Any, hostvars: Mapping[str, Any]) -> dict[str
     return hostplan.node_ips(nodes, {n: hostvars[n] for n in nodes if n in hostvars})
 
 
+def acceldeploy_host_addresses(hosts: list[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """groups['gateways'] | acceldeploy_host_addresses(hostvars): each host's address as
+    the other hosts reach it (acceldeploy_node_ip, else ansible_host)."""
+    named = [str(h) for h in hosts]
+    return list(hostplan.node_ips(named, {n: hostvars[n] for n in named if n in hostvars}).values())
+
+
 def acceldeploy_node_view(plan_vars: Mapping[str, Any]) -> dict[str, Any]:
     """The host's multi-node services as plain data, for acceldeploy_group_errors."""
     values = {k: v for k, v in plain(dict(plan_vars)).items() if v is not None}
@@ -124,6 +131,7 @@ class FilterModule:
             acceldeploy_plan_var_names,
             acceldeploy_host_units,
             acceldeploy_node_ips,
+            acceldeploy_host_addresses,
             acceldeploy_node_view,
             acceldeploy_group_errors,
             acceldeploy_rollout,

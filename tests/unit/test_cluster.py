@@ -450,3 +450,12 @@ def test_ansible_renders_the_units_as_plan_render_does(tmp_path):
     for unit in units:
         for path, text in render_files(unit).items():
             assert (tmp_path / f"{unit.platform}-{Path(path).name}").read_text() == text, path
+
+
+def test_behind_a_gateway_the_head_still_talks_to_its_nodes():
+    head_vars = {**inventory(ASCEND)["npu-01"], "vllm_service_allow_from": ["192.0.2.5"]}
+    (unit,) = hostplan.host_plan(head_vars).units()
+    service = dict(rendered_directives(unit, "Service"))
+    allowed = service["IPAddressAllow"].split()
+    assert service["IPAddressDeny"] == "any"
+    assert {"localhost", "192.0.2.31", "192.0.2.32", "192.0.2.5"} <= set(allowed)

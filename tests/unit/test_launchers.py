@@ -64,7 +64,7 @@ def test_the_venv_launcher_runs_the_host_env():
     assert launcher.cleanup(launch.name) == []
     assert launcher.hardening(launch) == {
         "device_allow": launch.device_paths,
-        "loopback_only": True,
+        "ip_allow": ["localhost"],
     }
     check = launcher.argcheck(launch)
     assert check is not None and f"{prefix}/bin/python" in check
@@ -94,5 +94,5 @@ def test_the_container_launcher_runs_the_image():
     wait = launcher.ray_wait_prefix(launch, opts, "/h", "/s")
     assert wait[:2] == ["/usr/bin/docker", "run"] and wait[-2:] == ["example/img:1", "python3"]
     assert launcher.cleanup(launch.name) == [f"-/usr/bin/docker rm -f acceldeploy-{launch.name}"]
-    assert launcher.hardening(launch) == {"device_allow": [], "loopback_only": False}
+    assert launcher.hardening(launch) == {"device_allow": [], "ip_allow": []}
     assert launcher.argcheck(launch) is None

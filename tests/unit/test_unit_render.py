@@ -300,7 +300,7 @@ def test_numa_from_topology_and_public_bind():
     assert (service["CPUAffinity"], service["NUMAPolicy"], service["NUMAMask"]) == (
         "48-95", "preferred", "1",
     )  # fmt: skip
-    assert "IPAddressDeny" not in service  # serves beyond loopback
+    assert "IPAddressDeny" not in service  # serves beyond loopback, to any address
     assert unit.health_url == "http://127.0.0.1:8000/health"
     split = _build(
         ASCEND, launch, UnitOptions(topology=({"device": 2, "numa": 0, "cpus": "0-47"}, *topo[1:]))
@@ -582,3 +582,25 @@ def test_model_prune_spec_covers_the_revisions_of_the_served_models() -> None:
     }  # fmt: skip
     shared = spec(units, "/l", "/g", {}, {**settings, "shared_storage": True})
     assert shared["patterns"] == []
+
+
+def test_behind_a_gateway_a_private_bind_answers_the_gateway_and_the_host_only():
+    launch = _launch(ASCEND, host="10.0.0.11")
+    unit = _build(
+        ASCEND, launch, UnitOptions.from_vars({"allow_from": ["10.0.0.5", "10.0.1.0/24"]})
+    )
+    service = dict(rendered(unit, "Service"))
+    assert service["IPAddressDeny"] == "any"
+    assert service["IPAddressAllow"] == "localhost 10.0.0.11 10.0.0.5 10.0.1.0/24"
+    on_all = _build(ASCEND, dataclasses.replace(launch, host="0.0.0.0"),
+                    UnitOptions(allow_from=("10.0.0.5",)))  # fmt: skip
+    assert dict(rendered(on_all, "Service"))["IPAddressAllow"] == "localhost 10.0.0.5"
+    # a gateway on the service's own machine reaches a loopback bind: localhost is enough
+    local = _build(ASCEND, _launch(ASCEND), UnitOptions(allow_from=("10.0.0.5",)))
+    assert dict(rendered(local, "Service"))["IPAddressAllow"] == "localhost"
+
+
+@pytest.mark.parametrize("value", [["gw1.example"], "10.0.0.5", [["10.0.0.5"]]])
+def test_allow_from_takes_addresses_only(value):
+    with pytest.raises(AcceldeployError, match=r"vllm_service_allow_from"):
+        UnitOptions.from_vars({"allow_from": value})

@@ -60,6 +60,20 @@ def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[st
     return command
 
 
+def ip_allow(launch: Launch, allow_from: Sequence[str]) -> list[str]:
+    """The peers a service's unit exchanges IP traffic with (IPAddressDeny=any, then
+    IPAddressAllow= these); [] for any peer. Loopback-bound on one host: localhost only. Bound
+    beyond it with allow_from given (the gateways and monitors in front of it): those, the
+    host itself (its bind address) and a multi-node service's nodes. Otherwise any peer."""
+    if launch.host in LOOPBACK and not launch.nodes:
+        return ["localhost"]
+    if not allow_from:
+        return []
+    own = [] if launch.host in ("0.0.0.0", "::") else [launch.host]
+    peers = [*own, *launch.nodes.values(), *allow_from]
+    return ["localhost", *dict.fromkeys(p for p in peers if p not in LOOPBACK)]
+
+
 def numa_binding(launch: Launch, topology: Sequence[Mapping[str, Any]]) -> tuple[str, int] | None:
     """(cpus, node) when every device of the service is known and on one NUMA node."""
     if not launch.devices or not topology:
@@ -147,10 +161,9 @@ class Launcher(ABC):
         """The unit's CPUAffinity= / NUMAMask= pinning, None for none."""
 
     @abstractmethod
-    def hardening(self, launch: Launch) -> dict[str, Any]:
+    def hardening(self, launch: Launch, allow_from: Sequence[str] = ()) -> dict[str, Any]:
         """What the sandbox of a unit (the templates' fixed hardening directives) depends
-        on: the device nodes for DeviceAllow= and whether the service serves on loopback only
-        (then IPAddressDeny=any)."""
+        on: the device nodes for DeviceAllow= and the peers of IPAddressAllow= (ip_allow)."""
 
     @abstractmethod
     def argcheck(self, launch: Launch) -> list[str] | None:
@@ -203,11 +216,8 @@ class VenvLauncher(Launcher):
     ) -> tuple[str, int] | None:
         return numa_binding(launch, topology)
 
-    def hardening(self, launch: Launch) -> dict[str, Any]:
-        return {
-            "device_allow": list(launch.device_paths),
-            "loopback_only": launch.host in LOOPBACK and not launch.nodes,
-        }
+    def hardening(self, launch: Launch, allow_from: Sequence[str] = ()) -> dict[str, Any]:
+        return {"device_allow": list(launch.device_paths), "ip_allow": ip_allow(launch, allow_from)}
 
     def argcheck(self, launch: Launch) -> list[str] | None:
         return argcheck_command(launch.argv, launch.env_scripts)
@@ -291,8 +301,8 @@ class ContainerLauncher(Launcher):
     ) -> tuple[str, int] | None:
         return None  # docker run's --cpuset-cpus / --cpuset-mems pin it (exec_argv)
 
-    def hardening(self, launch: Launch) -> dict[str, Any]:
-        return {"device_allow": [], "loopback_only": False}  # the container runtime holds both
+    def hardening(self, launch: Launch, allow_from: Sequence[str] = ()) -> dict[str, Any]:
+        return {"device_allow": [], "ip_allow": []}  # the container runtime holds both
 
     def argcheck(self, launch: Launch) -> list[str] | None:
         return None  # vLLM is in the image, not on the host

@@ -12,6 +12,7 @@ and `plan.py render --unit` render the same templates (`render_files`).
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import posixpath
 import shlex
 from collections.abc import Mapping
@@ -57,6 +58,9 @@ class UnitOptions:
     drain_timeout: int = 120
     drain_hook: str = ""  # run as root before that wait (take the host out of a balancer)
     ready_hook: str = ""  # run as root once /health answers (put it back)
+    # Beyond loopback, the only addresses (with localhost) a service takes traffic from: the
+    # gateways and monitors in front of it. Empty: any.
+    allow_from: tuple[str, ...] = ()
 
     @classmethod
     def from_vars(cls, raw: Mapping[str, Any]) -> UnitOptions:
@@ -73,6 +77,8 @@ class UnitOptions:
             values["groups"] = tuple(str(v) for v in values["groups"])
         if "topology" in values:
             values["topology"] = tuple(dict(t) for t in values["topology"])
+        if "allow_from" in values:
+            values["allow_from"] = allowed_peers(values["allow_from"])
         for key in ("start_timeout", "restart_sec", "start_limit_burst", "drain_timeout"):
             if key in values:
                 values[key] = int(values[key])
@@ -92,6 +98,25 @@ class UnitOptions:
         return cls.from_vars(
             {f.name: hostvars.get(var_name(f.name)) for f in dataclasses.fields(cls)}
         )
+
+
+def allowed_peers(values: Any) -> tuple[str, ...]:
+    """vllm_service_allow_from: IP addresses or prefixes (IPAddressAllow= takes no names)."""
+    if isinstance(values, str) or not isinstance(values, (list, tuple)):
+        raise AcceldeployError(f"{var_name('allow_from')} must be a list of IP addresses")
+    peers = []
+    for i, value in enumerate(values):
+        try:
+            net = ipaddress.ip_network(str(value), strict=False)
+        except ValueError:
+            raise AcceldeployError(
+                f"{var_name('allow_from')}[{i}]: {value!r} is not an IP address or prefix; give "
+                "the gateway's or monitor's address (set acceldeploy_node_ip on a host whose "
+                "ansible_host is a name)"
+            ) from None
+        whole = net.prefixlen == net.max_prefixlen
+        peers.append(str(net.network_address) if whole else str(net))
+    return tuple(peers)
 
 
 def state_dir(name: str) -> str:
@@ -245,7 +270,7 @@ def _directives(
         "restart_sec": opts.restart_sec,
         "cpu_affinity": numa[0] if numa else "",
         "numa_mask": numa[1] if numa else "",
-        **launcher.hardening(launch),
+        **launcher.hardening(launch, opts.allow_from),
     }  # fmt: skip
 
 
