@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2
 import pytest
@@ -226,19 +226,7 @@ def test_real_haproxy_checks_drains_and_keeps_a_drain_through_a_reload(tmp_path:
     text = render(tmp_path, [], gateway_plan=[f.to_dict() for f in frontends],
                   gateway_stats_socket=str(sock), gateway_check={"inter": "100ms", "fall": 2,
                                                                  "rise": 2})  # fmt: skip
-    for line in (
-        "chroot /var/lib/haproxy\n",
-        "    user haproxy\n",
-        "    group haproxy\n",
-        "    daemon\n",
-        "    log /dev/log local0\n",
-        "    log /dev/log local1 notice\n",
-    ):
-        text = text.replace(line, "")  # fmt: skip
-    config = tmp_path / "haproxy.cfg"
-    config.write_text(text.replace("10.213.0.11", "127.0.0.1").replace("10.213.0.12", "127.0.0.1"))
-    proc = subprocess.Popen(["haproxy", "-W", "-db", "-f", str(config)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    proc = start_haproxy(tmp_path, text)
     try:
         assert wait_for(lambda: sock.exists() and states(sock) == {"lab1": "UP", "lab2": "DOWN"})
         checks = _server_checks("gw1", frontends, server_from(sock))
@@ -267,6 +255,96 @@ def test_real_haproxy_checks_drains_and_keeps_a_drain_through_a_reload(tmp_path:
         proc.wait(timeout=10)
         up.shutdown()
         closed.close()
+
+
+def start_haproxy(tmp_path: Path, text: str) -> subprocess.Popen[bytes]:
+    """The rendered config run in the foreground by this user, its backends on loopback."""
+    for line in (
+        "chroot /var/lib/haproxy\n",
+        "    user haproxy\n",
+        "    group haproxy\n",
+        "    daemon\n",
+        "    log /dev/log local0\n",
+        "    log /dev/log local1 notice\n",
+    ):
+        text = text.replace(line, "")  # fmt: skip
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(text.replace("10.213.0.11", "127.0.0.1").replace("10.213.0.12", "127.0.0.1"))
+    return subprocess.Popen(["haproxy", "-W", "-db", "-f", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+
+
+class KeyedBackend(Health):
+    """A backend that answers /v1/models only to the gateway's key, like vLLM's --api-key."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            super().do_GET()
+            return
+        auth = self.headers.get("Authorization", "")
+        self.seen.append(auth)
+        self.send_response(200 if auth == f"Bearer {KEY}" else 401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def https_status(port: int, cafile: Path, key: str | None) -> int:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=str(cafile))
+    request = urllib.request.Request(f"https://localhost:{port}/v1/models")
+    if key is not None:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+@pytest.mark.skipif(not shutil.which("haproxy") or not shutil.which("openssl"),
+                    reason="no haproxy or openssl here (make host-deps)")  # fmt: skip
+def test_real_haproxy_terminates_tls_checks_client_keys_and_sends_the_backends_key(
+    tmp_path: Path,
+) -> None:
+    """The public side is the gateway's: TLS from the operator's PEM, a client key checked
+    there (401 without it), and the backend sees the gateway's key, never the client's."""
+    pem = tmp_path / "gateway.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")],
+                   check=True, capture_output=True)  # fmt: skip
+    pem.write_text((tmp_path / "cert.pem").read_text() + (tmp_path / "key.pem").read_text())
+    backend = http.server.ThreadingHTTPServer(("127.0.0.1", 0), KeyedBackend)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    fleet = serving(lab1=[service(port=backend.server_address[1])])
+    port = free_port()
+    frontends = plan([{"service": "qwen3-vl", "port": port}], fleet, GW, Settings(client_keys=True))
+    text = render(tmp_path, [], gateway_plan=[f.to_dict() for f in frontends],
+                  gateway_client_keys=["sk-client-0123456789"], gateway_tls_certificate=str(pem),
+                  gateway_stats_socket=str(tmp_path / "admin.sock"),
+                  gateway_check={"inter": "100ms", "fall": 2, "rise": 2})  # fmt: skip
+    proc = start_haproxy(tmp_path, text)
+    try:
+        assert wait_for(lambda: (tmp_path / "admin.sock").exists()
+                        and states(tmp_path / "admin.sock") == {"lab1": "UP"})  # fmt: skip
+        cert = tmp_path / "cert.pem"
+        assert https_status(port, cert, None) == 401
+        assert https_status(port, cert, "sk-wrong") == 401
+        assert KeyedBackend.seen == []  # refused at the gateway, never passed on
+        assert https_status(port, cert, "sk-client-0123456789") == 200
+        assert KeyedBackend.seen == [f"Bearer {KEY}"]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as plain:
+            plain.sendall(b"GET /v1/models HTTP/1.0\r\n\r\n")
+            assert not plain.recv(100).startswith(b"HTTP/")  # TLS only
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        backend.shutdown()
 
 
 def server_from(sock: Path) -> dict[tuple[str, str], dict[str, str]]:

@@ -78,6 +78,7 @@ def check_gateway(
         )
         socket_path = str(roledefaults.value(hostvars, "gateway_stats_socket"))
         keys = list(roledefaults.value(hostvars, "gateway_client_keys") or [])
+        tls = bool(roledefaults.value(hostvars, "gateway_tls_certificate"))
     except AcceldeployError as exc:
         return [Check(hostname, "inventory", "fail", str(exc), "fix the inventory")]
     conn, reached = reach(hostname, dict(hostvars), timeout)
@@ -94,9 +95,11 @@ def check_gateway(
         checks += _server_checks(hostname, frontends, server_states(result.stdout))
         for frontend in frontends:
             with forward(conn, on_host(frontend.bind), frontend.port) as base:
-                target = api.Target(host=hostname, service=frontend.service, base=base,
+                target = api.Target(host=hostname, service=frontend.service,
+                                    base=base.replace("http://", "https://") if tls else base,
                                     expect_version="", multimodal=False, dev_mode=False,
-                                    api_key=keys[0] if keys else None, timeout=timeout)  # fmt: skip
+                                    api_key=keys[0] if keys else None, timeout=timeout,
+                                    tls=tls)  # fmt: skip
                 checks.append(api.chat(target, "gateway chat", "Say hello."))
     finally:
         conn.close()
