@@ -220,9 +220,10 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 def bench_argv(plan: dict[str, Any], rate: float, result_dir: Path, run: int) -> list[str]:
     """vllm bench serve's flags for one run (parsed by vLLM's own parser)."""
     p = plan["profile"]
+    load = plan.get("load_url") or plan["base_url"]  # a gateway's frontend, or the service
     argv = [
         "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
-        "--base-url", plan["base_url"], "--model", plan["served_model_name"],
+        "--base-url", load, "--model", plan["served_model_name"],
         "--tokenizer", plan["tokenizer"], "--num-prompts", str(p["prompts"]),
         "--request-rate", "inf" if rate == INF else str(rate), "--seed", str(p["seed"]),
         "--num-warmups", str(p["warmups"]), "--percentile-metrics", "ttft,tpot,itl,e2el",

@@ -30,7 +30,19 @@ REMOTE_ROOT = "/var/tmp/acceldeploy-bench"
 SETTLE_SECONDS = 3.0
 IDLE_SECONDS = 4.0
 DRIVER_POLL_SECONDS = 0.2
-EXCLUDED = ("images", "dataset.json", "dataset.template.json", "driver.py")
+GATEWAY_KEY = "gateway.key"
+EXCLUDED = ("images", "dataset.json", "dataset.template.json", "driver.py", GATEWAY_KEY)
+
+
+@dataclass(frozen=True)
+class Via:
+    """The load through a gateway's frontend (bench --via-gateway): from `host`'s serving env,
+    which also gives the memory and vLLM metrics."""
+
+    gateway: str
+    url: str  # the frontend as the load's host reaches it
+    servers: tuple[str, ...]  # the hosts the frontend sends to
+    key: str | None = None  # a client key of the gateway (never logged or on a command line)
 
 
 @dataclass
@@ -44,10 +56,16 @@ class Target:
     state: dict[str, Any] = field(default_factory=dict)
     # what the host really serves: the running vLLM's argv and the unit's plain Environment=
     deployed: dict[str, list[str]] | None = None
+    via: Via | None = None
 
     @property
     def service(self) -> str:
         return self.unit.name
+
+    @property
+    def where(self) -> str:
+        """What the run's figures are of: the host, or the gateway the load went through."""
+        return self.via.gateway if self.via else self.host
 
 
 # The running vLLM's argv (its /proc cmdline, after the launcher's exec) and the unit's
@@ -126,9 +144,10 @@ def driver_plan(target: Target, remote: str, restart: bool) -> dict[str, Any]:
         "run_dir": remote,
         "unit": f"{unit.name}.service",
         "base_url": unit.base_url,
+        "load_url": target.via.url if target.via else unit.base_url,
         "served_model_name": unit.name,
         "tokenizer": target.launch.model_path,
-        "label": f"{target.host}-{unit.name}",
+        "label": f"{target.where}-{unit.name}",
         "profile": target.profile.to_dict(),
         "dataset_file": f"{remote}/dataset.json",
         "memory_source": "process_tree" if cpu else "smi",
@@ -139,7 +158,8 @@ def driver_plan(target: Target, remote: str, restart: bool) -> dict[str, Any]:
         "restart": restart,
         "start_timeout": unit.start_timeout,
         "dev_mode": target.launch.env.get("VLLM_SERVER_DEV_MODE") == "1",
-        "api_key_file": unit.secret_path,
+        # through a gateway: its client key (the gateway sends the backends theirs), if any
+        "api_key_file": f"{remote}/{GATEWAY_KEY}" if target.via else unit.secret_path,
         "hf_endpoint": target.hostvars.get("model_weights_hf_endpoint") or "",
     }
 
@@ -221,7 +241,7 @@ def run_target(
     stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     remote = f"{REMOTE_ROOT}/{run_id}/{target.service}"
-    local = out / target.host / target.service
+    local = out / target.where / target.service
     python = target.unit.argcheck_python
     if not python:
         raise AcceldeployError(
@@ -245,6 +265,10 @@ def run_target(
             (staging / "driver.py").write_text(Path(driver.__file__).read_text())
             plan = driver_plan(target, remote, restart)
             (staging / "plan.json").write_text(json.dumps(plan, indent=1))
+            if target.via:
+                key = staging / GATEWAY_KEY
+                key.touch(mode=0o600)  # fabric's put keeps the mode
+                key.write_text(f"VLLM_API_KEY={target.via.key}\n" if target.via.key else "")
             _upload(conn, staging, remote)
         env = f"HF_ENDPOINT={shlex.quote(plan['hf_endpoint'])} " if plan["hf_endpoint"] else ""
         stream = EventStream(target, changed)
@@ -260,7 +284,7 @@ def run_target(
         if result.exited != 0:
             tail = "\n".join(stream.lines[-15:])
             raise AcceldeployError(
-                f"{target.host}/{target.service}: the bench driver failed (exit "
+                f"{target.where}/{target.service}: the bench driver failed (exit "
                 f"{result.exited}); {local}/vllm-bench.log has vLLM's output. Last lines:\n{tail}"
             )
     finally:
@@ -268,11 +292,18 @@ def run_target(
     platform = target.plan.platform.name
     samples = series.load_samples(local / "samples.jsonl", platform, target.launch.devices)
     meta = {
-        "host": target.host,
+        "host": target.where,
         "service": target.service,
         "platform": platform,
         "key": run_key(target),
         "dev_mode": plan["dev_mode"],
+        "via": target.via
+        and {
+            "gateway": target.via.gateway,
+            "url": target.via.url,
+            "servers": list(target.via.servers),
+            "load_from": target.host,
+        },
     }
     found = summary.service_summary(local, samples, meta)
     report.render_service(samples, found, local)
@@ -322,5 +353,5 @@ def run_all(
         except KeyboardInterrupt:
             stop.set()
             raise
-    order = {(t.host, t.service): i for i, t in enumerate(targets)}
+    order = {(t.where, t.service): i for i, t in enumerate(targets)}
     return sorted(results, key=lambda r: order[(r["host"], r["service"])])

@@ -126,7 +126,8 @@ def held_by(memory: dict[str, Any], metrics: dict[str, Any], phases: list[str]) 
 
 
 def service_summary(run_dir: Path, samples: list[Sample], meta: dict[str, Any]) -> dict[str, Any]:
-    """`meta`: host, service, platform, key, dev_mode (from the runner)."""
+    """`meta`: host, service, platform, key, dev_mode, and via for a load through a gateway
+    (from the runner)."""
     phases = series.phases_in_order(samples)
     memory = memory_summary(samples, phases)
     metrics = metrics_summary(samples, phases)
@@ -142,6 +143,7 @@ def service_summary(run_dir: Path, samples: list[Sample], meta: dict[str, Any]) 
     )  # fmt: skip
     return {
         **{k: meta[k] for k in ("host", "service", "platform", "key", "dev_mode")},
+        **({"via": meta["via"]} if meta.get("via") else {}),
         "points": point_summaries(run_dir),
         "phases": phases,
         "memory": {"unit": "MiB", "devices": memory},

@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from acceldeploy.bench import baseline, interval, profiles, report
+from acceldeploy.bench import baseline, interval, profiles, report, via
 from acceldeploy.bench.formatting import significant
 from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
 from acceldeploy.cli.argtypes import bounded
@@ -44,6 +44,11 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
         "--tolerance", type=bounded(float, 0, 1), default=baseline.DEFAULT_TOLERANCE,
         help="share of a baseline figure a run may lose before it is a regression",
     )  # fmt: skip
+    parser.add_argument(
+        "--via-gateway", metavar="GATEWAY",
+        help="load each model through this gateway's frontend: one run per model, the fleet's "
+             "figure (memory and metrics from the serving host the load runs from)",
+    )  # fmt: skip
     parser.add_argument("--restart", action="store_true", help="restart each service first")
     parser.add_argument("--serial", action="store_true", help="one host at a time")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), help="runs go here")
@@ -53,8 +58,25 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
 
 def select(args: argparse.Namespace) -> list[Target]:
     """Every (host, service) to bench, with its profile: all input checked, no host contacted."""
-    found = selection.limited(args.inventory, args.limit)
     base = Path(args.inventory).resolve().parent
+    if args.via_gateway:
+        if args.limit != "all":
+            raise AcceldeployError(
+                "--limit picks hosts; --via-gateway loads every host the gateway sends to: "
+                "drop one of them"
+            )
+        if args.restart:
+            raise AcceldeployError(
+                "--restart restarts one host's service; through a gateway the load goes to "
+                "every host: drop --restart (or bench the hosts without --via-gateway)"
+            )
+        every = selection.every_host(args.inventory)
+
+        def profile(hv: dict[str, Any]) -> profiles.Profile:
+            return profiles.pick(hv.get(profiles.VAR), args.profile, base)
+
+        return via.targets(every, args.via_gateway, args.service, profile)
+    found = selection.limited(args.inventory, args.limit)
     targets, names, workers = [], set(), []
     for host, hv in found.items():
         profile = profiles.pick(hv.get(profiles.VAR), args.profile, base)
@@ -87,7 +109,7 @@ def live_table(targets: list[Target]) -> Any:
     for t in targets:
         s = t.state
         table.add_row(
-            t.host, t.service, str(s.get("phase", "")),
+            t.where + (f" (from {t.host})" if t.via else ""), t.service, str(s.get("phase", "")),
             f"{s.get('round', '')}" + (f" @ {s.get('rate')}" if s.get("rate") else ""),
             significant(s.get("throughput")), significant(s.get("p99_ttft_ms")),
             str(s.get("verdict") or s.get("error") or s.get("event", "starting"))[:80],
@@ -106,7 +128,7 @@ def run_document(
         "profile": targets[0].profile.to_dict(),
         "services": services,
         "errors": [
-            {"host": t.host, "service": t.service, "error": t.state["error"]}
+            {"host": t.where, "service": t.service, "error": t.state["error"]}
             for t in targets
             if t.state.get("event") == "error"
         ],
@@ -133,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     then = baseline.load(args.baseline) if args.baseline else None
     read_all_deployed(targets, args.timeout)
     if then is not None and not args.force:
-        baseline.check_keys(then, {(t.host, t.service): run_key(t) for t in targets})
+        baseline.check_keys(then, {(t.where, t.service): run_key(t) for t in targets})
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{args.profile}"
     out = args.out / run_id
     out.mkdir(parents=True, exist_ok=True)

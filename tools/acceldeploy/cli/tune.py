@@ -26,6 +26,7 @@ from acceldeploy.bench.runner import Target, read_deployed, run_target
 from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.gateway import rotation
 from acceldeploy.secrets import mask
 from acceldeploy.serving import selection
 from acceldeploy.serving.hostplan import HostPlan
@@ -78,6 +79,9 @@ class Setup:
     plan: HostPlan  # as deployed
     unit: ServiceUnit  # the service's, as deployed
     apply_to: Path | None = None  # --apply's vars file
+    # where the gateways send this service's requests to this host: drained for the tune
+    rotation: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    every: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def setup(args: argparse.Namespace) -> Setup:
@@ -126,7 +130,8 @@ def setup(args: argparse.Namespace) -> Setup:
         "runs": args.runs,
     }  # fmt: skip
     candidates = [deployed, *grid]
-    return Setup(args.host, hv, spec, profile, candidates, settings, plan, unit, apply_to)
+    return Setup(args.host, hv, spec, profile, candidates, settings, plan, unit, apply_to,
+                 rotation.where(every, args.host, args.service), every)  # fmt: skip
 
 
 def refused_note(candidates: list[Candidate]) -> str | None:
@@ -188,6 +193,38 @@ def run(args: argparse.Namespace) -> int:
     return tune(args, config, out, state)
 
 
+def drain(config: Setup, timeout: float, conn: Any) -> None:
+    """Out of every gateway's rotation before the first restart, or nothing changes."""
+    if not config.rotation:
+        return
+    failed = rotation.set_state(config.every, config.rotation, config.host, "drain", timeout)
+    if failed:
+        rotation.set_state(config.every, config.rotation, config.host, "ready", timeout)
+        conn.close()
+        raise AcceldeployError(
+            f"cannot take {config.unit.name} on {config.host} out of the gateways' rotation "
+            f"({'; '.join(failed)}): a tune there would measure client requests too; nothing "
+            "was changed"
+        )
+    gateways = ", ".join(sorted({e["gateway"] for e in config.rotation}))
+    print(f"{config.unit.name} on {config.host} drained in {gateways} for the tune", flush=True)
+
+
+def ready(config: Setup, healthy: bool, timeout: float) -> dict[str, Any]:
+    """Back into rotation once restored and healthy; else left drained, and said so."""
+    if not config.rotation:
+        return {}
+    gateways = sorted({e["gateway"] for e in config.rotation})
+    if not healthy:
+        print(f"{config.unit.name} on {config.host} stays drained in {', '.join(gateways)}: it "
+              "did not come back healthy on its deployed flags", file=sys.stderr)  # fmt: skip
+        return {"gateways": gateways, "state": "drain"}
+    failed = rotation.set_state(config.every, config.rotation, config.host, "ready", timeout)
+    for line in failed:
+        print(f"not back in rotation: {mask(line)}", file=sys.stderr)
+    return {"gateways": gateways, "state": "ready" if not failed else "drain", "failed": failed}
+
+
 def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, Any]) -> int:
     """The search on the host, the service restored at the end whatever happens."""
     prog = getattr(args, PROG)
@@ -196,6 +233,7 @@ def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, An
         conn.open()
     except Exception as exc:
         raise AcceldeployError(f"cannot reach {config.host}: {exc}") from None
+    drain(config, args.timeout, conn)
     deployed_unit = config.unit
     before = dropin.fingerprint(conn, deployed_unit)
     total = total_memory_mib(conn, config.plan.platform)
@@ -235,6 +273,7 @@ def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, An
         state["restored"] = {"healthy": restored.ok, "identical": after == before,
                              "before": before, "after": after}  # fmt: skip
         conn.close()
+        state["rotation"] = ready(config, restored.ok, args.timeout)
     best = decision.winner(state["points"])
     state["winner"] = best and best["label"]
     state["decision"] = shown.decision_line(best)
@@ -246,6 +285,8 @@ def tune(args: argparse.Namespace, config: Setup, out: Path, state: dict[str, An
         print(f"{prog}: interrupted; {args.service} is back on its deployed flags. "
               f"--resume {out} continues.", file=sys.stderr)  # fmt: skip
         return 130
+    if state["rotation"].get("state") == "drain":
+        return 1
     if not (state["restored"]["healthy"] and state["restored"]["identical"]):
         print(f"{prog}: {args.service} was not restored as it was: {mask(str(state['restored']))}",
               file=sys.stderr)  # fmt: skip

@@ -17,6 +17,8 @@ VAR = "gateway_frontends"
 GROUP = "gateways"
 WILDCARDS = ("0.0.0.0", "::")
 MAX_WEIGHT = 256  # HAProxy's bound
+# What the role installs from the distribution (the offline bundle carries it).
+PACKAGES = ("haproxy",)
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,21 @@ def backend_keys(serving: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     return _keys(_served(serving))
 
 
+def url_from(frontend: Frontend, gateway_address: str, client_address: str, tls: bool) -> str:
+    """The frontend's URL as a client at `client_address` reaches it (the same address as the
+    gateway's: the same machine)."""
+    same = client_address == gateway_address
+    if frontend.bind in LOOPBACK and not same:
+        raise AcceldeployError(
+            f"gateway_bind: the gateway's {frontend.service} frontend binds {frontend.bind}, "
+            f"which {client_address} cannot reach; bind it where the serving hosts reach it "
+            "(gateway_bind, with gateway_client_keys)"
+        )
+    host = "127.0.0.1" if same else gateway_address if frontend.bind in WILDCARDS else frontend.bind
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{host}:{frontend.port}"
+
+
 def serving_view(host: str, services: Any, platform: Any, address: Any) -> dict[str, Any]:
     """What the plan needs of a serving host: its services, platform and address (an unset
     one is the host's own name, as Ansible reaches it)."""
@@ -200,19 +217,27 @@ def is_gateway(hostvars: Mapping[str, Any]) -> bool:
     return GROUP in (hostvars.get("group_names") or [])
 
 
+def serving_hosts(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The hosts outside the gateways group (those that run vLLM)."""
+    return {host: hv for host, hv in hosts.items() if not is_gateway(hv)}
+
+
+def address(host: str, hostvars: Mapping[str, Any]) -> str:
+    """Where the other hosts reach a host: its ansible_host, else its name."""
+    return str(hostvars.get("ansible_host") or host)
+
+
 def fleet_views(
     every: Mapping[str, Mapping[str, Any]],
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """From every host's variables: the serving hosts' views and the gateways' addresses."""
     serving, gateways = {}, {}
     for host, hv in every.items():
-        address = str(hv.get("ansible_host") or host)
         if is_gateway(hv):
-            gateways[host] = address
+            gateways[host] = address(host, hv)
         else:
-            serving[host] = serving_view(
-                host, hv.get("acceldeploy_services"), hv.get("acceldeploy_platform"), address
-            )
+            services, platform = hv.get("acceldeploy_services"), hv.get("acceldeploy_platform")
+            serving[host] = serving_view(host, services, platform, address(host, hv))
     return serving, gateways
 
 
