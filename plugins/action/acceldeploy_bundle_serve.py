@@ -47,7 +47,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         port = int(args.get("port") or 8093)
         log = Path(str(args.get("request_log") or bundle.parent / f"{bundle.name}-requests.jsonl"))
         token = secrets.token_urlsafe(30)
-        served = server.Served(bundle / "wheels", log, bundle / "models", listen, port, token)
+        packages = bundle / "os"
+        served = server.Served(bundle / "wheels", log, bundle / "models", listen, port, token,
+                               packages if packages.is_dir() else None)  # fmt: skip
         token_file = log.with_name(f".{bundle.name}-{os.getppid()}.token")
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out_token:

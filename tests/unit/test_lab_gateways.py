@@ -29,5 +29,5 @@ def test_gateways_are_their_own_group_and_leave_with_down_host(tmp_path: Path) -
 
 
 def test_a_hosts_only_apt_source_is_the_labs_repository() -> None:
-    line = ospackages.sources_line("http://127.0.0.1:8091/", rootfs.SUITES["trixie"])
+    line = ospackages.sources_line("http://127.0.0.1:8091/", rootfs.SUITES["trixie"].name)
     assert line == "deb [trusted=yes] http://127.0.0.1:8091/os/trixie/ ./\n"

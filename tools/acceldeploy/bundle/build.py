@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy import __version__
-from acceldeploy.bundle import manifest
+from acceldeploy.bundle import manifest, ospackages
 from acceldeploy.bundle.hostclass import HostClass, classes
 from acceldeploy.downloads import fetchlock, wheelcache, wheelhouse
 from acceldeploy.downloads.weights import merge, model_specs
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import GIB, ModelSpec, WeightsError
 from acceldeploy.fetch.run import HostRequest, plan_host, run
+from acceldeploy.gateway.plan import serving_hosts
 from acceldeploy.planner.stacks import lock_requirements, stack
 
 Say = Callable[[str], None]
@@ -278,12 +279,17 @@ def build(
     """Collects the bundle for ``hosts`` (their templated variables) into ``out``."""
     started = time.monotonic()
     say = _clock(started, say)
-    by_class = classes(hosts)
+    serving = serving_hosts(hosts)
+    by_class = classes(serving)
+    repos, notes = ospackages.wanted(hosts)
     out.mkdir(parents=True, exist_ok=True)
     hashes = manifest.HashCache(cache / manifest.HASHES)
-    refs = references(hosts, hashes)
-    wanted = wanted_models(hosts)
-    say(f"{len(hosts)} hosts in {len(by_class)} host classes, {len(wanted)} models")
+    refs = references(serving, hashes)
+    wanted = wanted_models(serving)
+    say(f"{len(hosts)} hosts: {len(by_class)} host classes, {len(wanted)} models, "
+        f"{len(repos)} apt repositories")  # fmt: skip
+    for note in notes:
+        say(f"NOTE {note}")
     collected = Collected()
     placements: list[tuple[Path, Path, str, str, str]] = []
     for klass, names in by_class.items():
@@ -295,6 +301,11 @@ def build(
             placements.append((wheel, out / "wheels", "hub", "pypi", klass.key))
     for wheel in controller_wheels(cache, say):
         placements.append((wheel, out / "controller", "controller", "pypi", ""))
+    for repo in repos:
+        say(f"apt packages for {repo.name} ({', '.join(repo.hosts)}): {', '.join(repo.packages)}")
+        for file in ospackages.fetch(repo, cache):
+            placements.append((file, out / ospackages.KIND / repo.name, ospackages.KIND,
+                               f"debian:{repo.suite}", repo.name))  # fmt: skip
     requests = fetch_models(out, wanted)
     model_bytes = sum(int(p["needed_bytes"]) for r in requests for p in r.plans)
     wheel_bytes = sum(
@@ -305,7 +316,7 @@ def build(
     for src, dest, kind, source, klass_key in placements:
         placed += place(src, dest / src.name, hashes)
         collected.add(str((dest / src.name).relative_to(out)), kind, source, klass_key)
-    say(f"wheels: {len(collected.files)} files in the bundle ({placed} new)")
+    say(f"wheels and packages: {len(collected.files)} files in the bundle ({placed} new)")
     models: dict[str, Any] = {}
     for request, (dirname, (spec, endpoints, _, model_hosts)) in zip(
         requests, wanted.items(), strict=True
@@ -341,6 +352,7 @@ def build(
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "inventory": inventory,
         "classes": {k.key: {**k.to_dict(), "hosts": sorted(h)} for k, h in by_class.items()},
+        "os": {r.name: r.to_dict() for r in repos},
         "models": models,
         "files": dict(sorted(collected.files.items())),
         "references": refs,

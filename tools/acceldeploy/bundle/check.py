@@ -1,7 +1,8 @@
 """Preflight's check of a bundle against the hosts of a run, on the controller before any host
 is contacted: every host class has its serving stack's and hub clients' wheels, every service's
-model is there, and every file those hosts need is intact (re-hashed; unchanged files are read
-once, see manifest.HashCache). Each refusal names what is missing and the command that adds it.
+model is there, every gateway host's release has its apt packages, and every file those hosts
+need is intact (re-hashed; unchanged files are read once, see manifest.HashCache). Each refusal
+names what is missing and the command that adds it.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.bundle import manifest
+from acceldeploy.bundle import manifest, ospackages
 from acceldeploy.bundle.build import stack_pins, wanted_models
 from acceldeploy.bundle.hostclass import HostClass, classes
 from acceldeploy.downloads import fetchlock, wheelcache
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import MANIFEST as MODEL_MANIFEST
 from acceldeploy.fetch.manifest import manifest_listing, read_manifest
+from acceldeploy.gateway.plan import serving_hosts
 
 
 def _build_command(inventory: str, directory: Path) -> str:
@@ -69,11 +71,13 @@ def errors(
     fix = _build_command(inventory, directory)
     data = manifest.load(directory)
     try:
-        by_class = classes(hosts)
-        wanted = wanted_models(hosts)
+        serving = serving_hosts(hosts)
+        by_class = classes(serving)
+        wanted = wanted_models(serving)
+        repos, _ = ospackages.wanted(hosts)
     except AcceldeployError as exc:
         return [str(exc)]
-    found: list[str] = []
+    found: list[str] = ospackages.errors(directory, repos, fix)
     for klass, names in by_class.items():
         found += class_errors(directory, klass, {h: hosts[h] for h in names}, fix)
     for dirname, (_, _, _, model_hosts) in sorted(wanted.items()):
@@ -84,7 +88,9 @@ def errors(
             )
     cache = manifest.HashCache(hash_cache)
     bad = manifest.problems(
-        directory, needed_files(data, {k.key for k in by_class}, set(wanted)), cache
+        directory,
+        needed_files(data, {k.key for k in by_class} | {r.name for r in repos}, set(wanted)),
+        cache,
     )
     cache.save()
     if bad:

@@ -32,6 +32,8 @@ MANIFEST = "bundle.json"
 # In the controller's cache: the digests HashCache remembers, for build and preflight alike.
 HASHES = "bundle-hashes.json"
 FORMAT = 1
+# What a manifest lists besides its files ("os": the apt repositories, from their first bundle).
+DIFF_FIELDS = ("classes", "models", "references", "os")
 KINDS = ("stack", "hub", "controller", "model")
 
 Progress = Callable[[int], None]
@@ -155,7 +157,7 @@ def totals(manifest: Mapping[str, Any]) -> dict[str, dict[str, int]]:
 
 def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """What going from ``old`` to ``new`` adds, drops and changes: files (by path and digest),
-    host classes, models and references."""
+    host classes, models, references and apt repositories."""
     before, after = old["files"], new["files"]
     added = sorted(set(after) - set(before))
     dropped = sorted(set(before) - set(after))
@@ -182,6 +184,6 @@ def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
                 "added": sorted(keys(field, new) - keys(field, old)),
                 "dropped": sorted(keys(field, old) - keys(field, new)),
             }
-            for field in ("classes", "models", "references")
+            for field in DIFF_FIELDS
         },
     }

@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             "classes": sorted(data["classes"]),
             "models": sorted(data["models"]),
             "references": len(data["references"]),
+            "os": sorted(data["os"]),
         }
         if args.json:
             print(json.dumps(summary, indent=2))
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"{args.out}: {len(data['files'])} files, {total / GIB:.2f} GiB ({_size(data)}); "
                 f"{len(data['classes'])} host classes, {len(data['models'])} models, "
-                f"{len(data['references'])} references; built in {data['build_seconds']:.0f} s"
+                f"{len(data['references'])} references, {len(data['os'])} apt repositories; "
+                f"built in {data['build_seconds']:.0f} s"
             )
         return 0
     if args.bundle_command == "verify":
@@ -161,7 +163,7 @@ def _diff_text(changes: dict[str, Any]) -> str:
     lines += [f"  + {name}" for name in files["added"]]
     lines += [f"  - {name}" for name in files["dropped"]]
     lines += [f"  ~ {name}" for name in files["changed"]]
-    for field in ("classes", "models", "references"):
+    for field in manifest.DIFF_FIELDS:
         for sign, key in (("+", "added"), ("-", "dropped")):
             lines += [f"{field}: {sign} {name}" for name in changes[field][key]]
     return "\n".join(lines)

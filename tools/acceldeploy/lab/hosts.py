@@ -392,12 +392,13 @@ def _prepare_host(spec: HostSpec, public_key: str) -> None:
     _write_in_host(root, "etc/ssh/sshd_config.d/20-acceldeploy-lab-listen.conf", listen)
     # Packages only from the controller: the wheel server's repository, or on an isolated
     # host the bundle server's (the one port the lab's filter lets through).
-    packages = (
-        f"http://{isolation.CONTROLLER}:{isolation.ALLOWED_PORTS[0]}"
-        if spec.address
-        else f"http://127.0.0.1:{wheelserver.DEFAULT_PORT}"
-    )
-    _write_in_host(root, "etc/apt/sources.list", ospackages.sources_line(packages, spec.suite))
+    if spec.address:
+        bundle = f"http://{isolation.CONTROLLER}:{isolation.ALLOWED_PORTS[0]}"
+        line = ospackages.sources_line(bundle, f"{spec.suite.name}-amd64")
+    else:
+        wheels = f"http://127.0.0.1:{wheelserver.DEFAULT_PORT}"
+        line = ospackages.sources_line(wheels, spec.suite.name)
+    _write_in_host(root, "etc/apt/sources.list", line)
     unit = root / "etc/systemd/system" / NETWORK_UNIT
     wants = root / "etc/systemd/system/multi-user.target.wants" / NETWORK_UNIT
     if spec.address:

@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from acceldeploy.downloads import osrepo
 from acceldeploy.lab import progress
 
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
 RECIPE_VERSION = 2
 STAMP = Path("etc/acceldeploy-lab-rootfs.json")
@@ -113,22 +113,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ACCELDEPLOY_CACHE") or DEFAULT_CACHE)
 
 
-def mirror() -> str:
-    return os.environ.get("ACCELDEPLOY_DEBIAN_MIRROR") or DEFAULT_MIRROR
-
-
 def rootfs_path(cache: Path, suite: Suite) -> Path:
     return cache / "rootfs" / suite.name
 
 
 def sources_list(suite: Suite, mirror_url: str) -> str:
-    # From bullseye on, security updates live in <suite>-security (buster had buster/updates).
-    security = "http://deb.debian.org/debian-security"
-    return (
-        f"deb {mirror_url} {suite.name} main\n"
-        f"deb {mirror_url} {suite.name}-updates main\n"
-        f"deb {security} {suite.name}-security main\n"
-    )
+    return osrepo.sources_list(suite.name, mirror_url)
 
 
 def recipe_digest(suite: Suite) -> str:
@@ -318,9 +308,9 @@ def ensure_rootfs(
         try:
             partial.chmod(0o755)
             with progress.step(f"debootstrap {suite.name}", watch=partial):
-                _debootstrap(suite, partial, debs, mirror(), log, stop)
+                _debootstrap(suite, partial, debs, osrepo.mirror(), log, stop)
             unmount_under(partial)
-            configure(partial, suite, mirror())
+            configure(partial, suite, osrepo.mirror())
             if target.exists():
                 old = Path(tempfile.mkdtemp(prefix=f".{suite.name}.old-", dir=base))
                 old.rmdir()

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from acceldeploy.bundle import ospackages as bundle_os
 from acceldeploy.downloads import wheelhouse
 from acceldeploy.lab import labenv, mirror, ospackages, progress, rootfs, tinymodel
 
@@ -62,7 +63,13 @@ def _serving_stack(cache: Path) -> dict[str, Any]:
 
 def _os_packages(cache: Path, suite: rootfs.Suite, tree: Path) -> dict[str, Any]:
     with progress.step(f"os packages: {', '.join(ospackages.PACKAGES)} for {suite.name}"):
-        return ospackages.ensure(cache, suite, tree)
+        lab = ospackages.ensure(cache, suite, tree)
+    # What an offline bundle of the lab's gateways carries (bundle/ospackages.py), fetched
+    # here so that tests build bundles from the cache alone.
+    repo = bundle_os.Repo(suite.name, "amd64", ospackages.PACKAGES, ())
+    with progress.step(f"os packages for an offline bundle: {repo.name}"):
+        bundle = [p.name for p in bundle_os.fetch(repo, cache)]
+    return {**lab, "bundle": bundle}
 
 
 def prepare(
