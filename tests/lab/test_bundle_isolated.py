@@ -167,4 +167,8 @@ def test_isolated_deploy_from_the_bundle_then_fanout_against_per_host(bundle: Pa
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(table) + "\n")
     print("\n" + "\n".join(table))
+    # the shared-network lab back for the tests after this one
     lab("down")
+    lab("mirror", "start")
+    lab("wheels", "start")
+    lab("up", "--hosts", "2")

@@ -9,7 +9,8 @@ and outcome, while HAProxy's own session counters are sampled every second per h
   by itself once /health answers;
 - a rollout whose flag vLLM's parser accepts but the engine cannot start with: the first host
   is rolled back and back in rotation only once healthy, the other host is untouched, and no
-  request fails.
+  request fails;
+- a tune of lab2: drained for the whole of it, back in rotation after, no failed request.
 
 The figures (totals, per-host counts over time, p50/p99 in steady state and during each event)
 go to $ACCELDEPLOY_CACHE/logs/gateway-load.json; docs/operations/gateway.md has the measured
@@ -20,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -32,7 +35,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible_run import run_playbook
-from labhost import INVENTORY, haproxy, haproxy_servers, lab_cli, on_host
+from labhost import INVENTORY, ROOT, haproxy, haproxy_servers, lab_cli, on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -315,3 +318,46 @@ def test_the_gateways_own_cost(gateway: str) -> None:
     # A proxy on the same machine adds well under a millisecond; 20 ms would be a fault
     # (a retry, a queue, a slow check), not the hop.
     assert figures["gateway_p50_ms"] - figures["direct_p50_ms"] < 20, figures
+
+
+TUNE_PROFILE = {"dataset": "random", "input_len": 16, "output_len": 16, "prompts": 4,
+                "rounds": 1, "sweep": {"start_rate": 1, "max_rate": 1, "bisect_steps": 0}}  # fmt: skip
+
+
+def test_a_tune_behind_the_gateway_keeps_client_requests_off_the_tuned_host(
+    gateway: str, tmp_path: Path
+) -> None:
+    """tools/tune.py on lab2 restarts its service for every point: it drains lab2 in the
+    gateway first (its figures are its own load alone), readies it once restored, and the
+    clients through the gateway see no failed request meanwhile."""
+    wait_all_up()
+    shutil.copy(INVENTORY, tmp_path / INVENTORY.name)
+    shutil.copytree(INVENTORY.parent / "group_vars", tmp_path / "group_vars")
+    hosts = yaml.safe_load((tmp_path / INVENTORY.name).read_text())
+    hosts["all"]["vars"] = {**hosts["all"].get("vars", {}),
+                            "acceldeploy_bench_profiles": {"tiny": TUNE_PROFILE}}  # fmt: skip
+    (tmp_path / INVENTORY.name).write_text(yaml.safe_dump(hosts))
+    argv = [sys.executable, str(ROOT / "tools/tune.py"), "-i", str(tmp_path / INVENTORY.name),
+            "--host", "lab2", "--service", "qwen3-vl", "--profile", "tiny",
+            "--space", "max_num_seqs=2", "--sla", "p99_ttft<=60s", "--runs", "2",
+            "--out", str(tmp_path / "tune")]  # fmt: skip
+    with Load() as load, Sessions() as sessions:
+        t0 = time.monotonic()
+        time.sleep(10)
+        began = time.monotonic()
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=3000)
+        ended = time.monotonic()
+        time.sleep(10)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "qwen3-vl on lab2 drained in lab3 for the tune" in done.stdout
+    figures = report("tune of lab2 behind the gateway", load, sessions, t0,
+                     {"tune began": began, "tune ended": ended}, (began, ended))  # fmt: skip
+    assert figures["failed"] == 0, figures["failures"]
+    during = [s for t, s in sessions.samples if began + 5 < t < ended - 5]
+    assert during and all(s["lab2"]["status"] in ("DRAIN", "DOWN") for s in during), during[:3]
+    # lab2 took no client request between its drain and its restore: lab1 took them all
+    assert during[-1]["lab2"]["stot"] == during[0]["lab2"]["stot"]
+    (state,) = (tmp_path / "tune").glob("*/tune.json")
+    assert json.loads(state.read_text())["rotation"] == {"gateways": [GATEWAY], "state": "ready",
+                                                         "failed": []}  # fmt: skip
+    wait_all_up(60)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from ansible_run import run_playbook
@@ -109,6 +110,53 @@ def test_verify_names_a_drained_backend_with_its_host(gateway: str) -> None:
         assert chat() == 200  # lab1 still serves
     finally:
         admin("set server qwen3-vl/lab2 state ready")
+
+
+def test_a_tool_takes_a_service_out_of_rotation_and_back_over_ssh(gateway: str) -> None:
+    """What tune does around its restarts (acceldeploy.tune.rotation), on the real HAProxy."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from acceldeploy.serving import selection
+    from acceldeploy.tune import rotation
+
+    every = selection.every_host(str(INVENTORY))
+    entries = rotation.where(every, "lab2", "qwen3-vl")
+    assert entries == [{"gateway": GATEWAY, "socket": "/run/haproxy/admin.sock",
+                        "service": "qwen3-vl"}]  # fmt: skip
+    try:
+        assert rotation.set_state(every, entries, "lab2", "drain", 30) == []
+        assert haproxy_servers(GATEWAY, "qwen3-vl")["lab2"]["status"] == "DRAIN"
+    finally:
+        assert rotation.set_state(every, entries, "lab2", "ready", 30) == []
+    assert haproxy_servers(GATEWAY, "qwen3-vl")["lab2"]["status"] == "UP"
+    wrong = [{**entries[0], "service": "nope"}]
+    (said,) = rotation.set_state(every, wrong, "lab2", "drain", 30)
+    assert said.startswith(f"{GATEWAY}: `set server nope/lab2 state drain`: No such backend")
+
+
+def test_bench_via_the_gateway_is_one_run_that_loads_both_hosts(
+    gateway: str, tmp_path: Path
+) -> None:
+    before = served_by()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/bench.py"), "-i", str(INVENTORY), "--profile", "smoke",
+         "--via-gateway", GATEWAY, "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    after = served_by()
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run / "summary.json").read_text())
+    (service,) = summary["services"]
+    assert (service["host"], service["service"]) == (GATEWAY, "qwen3-vl")
+    assert service["via"] == {"gateway": GATEWAY, "url": ENDPOINT, "servers": list(SERVING),
+                              "load_from": "lab1"}  # fmt: skip
+    (point,) = service["points"]
+    assert [r["completed"] for r in point["runs"]] == [30, 30, 30]
+    assert point["median"]["request_throughput"] > 0
+    # every request went through HAProxy, and it spread them over both hosts
+    sent = {h: after[h] - before.get(h, 0) for h in SERVING}
+    assert all(n > 0 for n in sent.values()) and sum(sent.values()) >= 90, sent
+    assert (run / GATEWAY / "qwen3-vl" / "memory.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize(

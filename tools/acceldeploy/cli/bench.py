@@ -9,6 +9,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,10 @@ def select(args: argparse.Namespace) -> list[Target]:
             )
         every = selection.every_host(args.inventory)
 
-        def profile(hv: dict[str, Any]) -> profiles.Profile:
+        def picked(hv: Mapping[str, Any]) -> profiles.Profile:
             return profiles.pick(hv.get(profiles.VAR), args.profile, base)
 
-        return via.targets(every, args.via_gateway, args.service, profile)
+        return via.targets(every, args.via_gateway, args.service, picked)
     found = selection.limited(args.inventory, args.limit)
     targets, names, workers = [], set(), []
     for host, hv in found.items():

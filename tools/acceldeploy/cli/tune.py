@@ -26,12 +26,11 @@ from acceldeploy.bench.runner import Target, read_deployed, run_target
 from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.gateway import rotation
 from acceldeploy.secrets import mask
 from acceldeploy.serving import selection
 from acceldeploy.serving.hostplan import HostPlan
 from acceldeploy.serving.unit import ServiceUnit
-from acceldeploy.tune import apply, decision, dropin, estimate, space
+from acceldeploy.tune import apply, decision, dropin, estimate, rotation, space
 from acceldeploy.tune import report as shown
 from acceldeploy.tune.search import Budget, Candidate, evaluate, load_state, save_state, search
 from acceldeploy.verify.remote import connection
