@@ -354,7 +354,9 @@ def test_a_tune_behind_the_gateway_keeps_client_requests_off_the_tuned_host(
                      {"tune began": began, "tune ended": ended}, (began, ended))  # fmt: skip
     assert figures["failed"] == 0, figures["failures"]
     during = [s for t, s in sessions.samples if began + 5 < t < ended - 5]
-    assert during and all(s["lab2"]["status"] in ("DRAIN", "DOWN") for s in during), during[:3]
+    # HAProxy shows a drained server's checks too: DRAIN, DRAIN 1/2 (coming up), DOWN
+    states = {s["lab2"]["status"].split()[0] for s in during}
+    assert during and states <= {"DRAIN", "DOWN"}, states
     # lab2 took no client request between its drain and its restore: lab1 took them all
     assert during[-1]["lab2"]["stot"] == during[0]["lab2"]["stot"]
     (state,) = (tmp_path / "tune").glob("*/tune.json")
