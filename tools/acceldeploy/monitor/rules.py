@@ -100,7 +100,9 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:g}m" if seconds >= 60 else f"{seconds:g}s"
 
 
-def _alert(name: str, expr: str, wait: str, severity: str, summary: str, runbook: str) -> dict:
+def _alert(
+    name: str, expr: str, wait: str, severity: str, summary: str, runbook: str
+) -> dict[str, Any]:
     return {
         "alert": name,
         "expr": expr,
@@ -110,7 +112,7 @@ def _alert(name: str, expr: str, wait: str, severity: str, summary: str, runbook
     }
 
 
-def _growth(name: str, series: str, band_bytes: int, s: Settings, what: str) -> dict:
+def _growth(name: str, series: str, band_bytes: int, s: Settings, what: str) -> dict[str, Any]:
     window = s.growth_window
     seconds = _seconds(window)
     back = f"{seconds * 2:g}s"
