@@ -54,7 +54,7 @@ def spec(**changes):
         ({"pipeline_parallel_size": 4}, "8 x pipeline_parallel_size 4 = 32 ranks, but devices"),
         ({"devices": [0, 1, 2, 3]}, "list 8 device(s) per node"),
         ({"network_interface": "eth0; rm"}, "network_interface must be a network interface"),
-        ({"cluster_port": 0}, "cluster_port must be an integer between 1 and 65535"),
+        ({"cluster_port": 0}, "cluster_port must be an integer between 1 and 65534"),
         ({"extra_args": {"distributed-executor-backend": "mp"}}, "set its nodes"),
         ({"extra_args": {"pp": 2}}, "set its pipeline_parallel_size"),
     ],

@@ -1,6 +1,6 @@
 """The fleet's alert and recording rules (acceldeploy.monitor.rules) checked by Prometheus's own
 promtool: `check rules` on what is rendered, and `test rules` with input series for every
-alert (tests/unit/data/monitor/rules-test.yml): each fires on its case and stays quiet on a
+alert (tests/data/monitor/rules-test.yml): each fires on its case and stays quiet on a
 near miss, the memory-growth alerts on series shaped like seed 000's."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import yaml
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.monitor import rules
 
-DATA = Path(__file__).parent / "data" / "monitor"
+DATA = Path(__file__).parents[1] / "data" / "monitor"
 promtool = pytest.mark.skipif(
     not shutil.which("promtool"), reason="no promtool (make host-deps: Debian's prometheus)"
 )
