@@ -47,12 +47,17 @@ collection: venv
 # nftables for the isolated lab's filter (tools/lab.py up --isolated), apt-ftparchive for the
 # lab's own apt repository (acceldeploy.lab.ospackages), and haproxy to check the gateway's
 # rendered config (haproxy -c; no service is started here).
+# promtool comes with Debian's prometheus: installed with no service started (policy-rc.d) and
+# left disabled, this machine is no monitor.
 host-deps:
 	@command -v debootstrap >/dev/null && command -v systemd-nspawn >/dev/null && \
 	  command -v nft >/dev/null && command -v apt-ftparchive >/dev/null && \
-	  command -v haproxy >/dev/null || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	     debootstrap systemd-container nftables apt-utils haproxy >/dev/null)
+	  command -v haproxy >/dev/null && command -v promtool >/dev/null || \
+	  (apt-get update -qq && printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && \
+	   chmod 0755 /usr/sbin/policy-rc.d && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	     --no-install-recommends debootstrap systemd-container nftables apt-utils haproxy \
+	     prometheus >/dev/null; rc=$$?; rm -f /usr/sbin/policy-rc.d; \
+	   systemctl disable prometheus.service >/dev/null 2>&1; exit $$rc)
 
 # The lab: wheel cache, tiny model, mirror and the hosts' Debian tree prepared once into
 # $(CACHE) (debootstrap beside the downloads); the mirror and the wheel server (pip find-links

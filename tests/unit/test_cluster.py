@@ -54,7 +54,7 @@ def spec(**changes):
         ({"pipeline_parallel_size": 4}, "8 x pipeline_parallel_size 4 = 32 ranks, but devices"),
         ({"devices": [0, 1, 2, 3]}, "list 8 device(s) per node"),
         ({"network_interface": "eth0; rm"}, "network_interface must be a network interface"),
-        ({"cluster_port": 0}, "cluster_port must be an integer between 1 and 65535"),
+        ({"cluster_port": 0}, "cluster_port must be an integer between 1 and 65534"),
         ({"extra_args": {"distributed-executor-backend": "mp"}}, "set its nodes"),
         ({"extra_args": {"pp": 2}}, "set its pipeline_parallel_size"),
     ],
@@ -375,6 +375,8 @@ def test_each_group_is_checked_once():
 def test_the_ray_port_may_not_be_a_service_port():
     with pytest.raises(AcceldeployError, match=r"\(ds\)\.cluster_port 8000 is also its port"):
         parse_service(spec(cluster_port=8000, port=8000), "ascend", 0)
+    with pytest.raises(AcceldeployError, match=r"cluster_port 7999 puts Ray's metrics on 8000"):
+        parse_service(spec(cluster_port=7999, port=8000), "ascend", 0)
     # a service on one host has no Ray head: its cluster_port is not used
     assert parse_service(spec(nodes=None, cluster_port=8000, port=8000,
                               pipeline_parallel_size=1), "ascend", 0).port == 8000  # fmt: skip

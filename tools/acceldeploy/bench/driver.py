@@ -1,6 +1,7 @@
 """Runs on the host, in the service's own Python env: vLLM's `vllm bench serve` (its
 `main()`, imported once for every round) against one systemd service, with a sampler thread
-recording the service's memory and vLLM's `/metrics` through every phase.
+recording the service's memory (unitmemory.py, shipped beside it) and vLLM's `/metrics`
+through every phase.
 
     python driver.py PLAN.json
 
@@ -26,6 +27,11 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+try:
+    from acceldeploy.bench.unitmemory import process_tree_memory
+except ImportError:  # on the host: shipped beside this file
+    from unitmemory import process_tree_memory  # type: ignore[no-redef]
 
 EVENT = "@@bench "
 INF = float("inf")
@@ -105,28 +111,6 @@ def emit(event: str, **data: Any) -> None:
 
 def run_cmd(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
-
-
-def process_tree_memory(unit: str) -> dict[str, float]:
-    """The unit's processes: summed RSS and PSS (MiB), and its cgroup's memory.current."""
-    group = run_cmd("systemctl", "show", "-p", "ControlGroup", "--value", unit).strip()
-    cgroup = Path(f"/sys/fs/cgroup{group}")
-    pids: list[str] = []
-    if group:
-        with contextlib.suppress(OSError):
-            pids = (cgroup / "cgroup.procs").read_text().split()
-    rss = pss = 0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Rss:"):
-                    rss += int(line.split()[1])
-                elif line.startswith("Pss:"):
-                    pss += int(line.split()[1])
-    data = {"rss_mib": rss / 1024, "pss_mib": pss / 1024}
-    with contextlib.suppress(OSError, ValueError):
-        data["cgroup_mib"] = int((cgroup / "memory.current").read_text()) / 2**20
-    return data
 
 
 def read_memory(plan: dict[str, Any]) -> dict[str, Any]:

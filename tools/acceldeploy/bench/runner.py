@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy import secrets
-from acceldeploy.bench import dataset, driver, report, series, summary
+from acceldeploy.bench import dataset, driver, report, series, summary, unitmemory
 from acceldeploy.bench.profiles import Profile
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.serving.hostplan import HostPlan
@@ -31,7 +31,8 @@ SETTLE_SECONDS = 3.0
 IDLE_SECONDS = 4.0
 DRIVER_POLL_SECONDS = 0.2
 GATEWAY_KEY = "gateway.key"
-EXCLUDED = ("images", "dataset.json", "dataset.template.json", "driver.py", GATEWAY_KEY)
+EXCLUDED = ("images", "dataset.json", "dataset.template.json", "driver.py", "unitmemory.py",
+            GATEWAY_KEY)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,10 @@ def run_target(
                 (staging / "dataset.json").write_bytes(
                     Path(target.profile.dataset_path).read_bytes()
                 )
-            (staging / "driver.py").write_text(Path(driver.__file__).read_text())
+            for module in (driver, unitmemory):
+                (staging / Path(str(module.__file__)).name).write_text(
+                    Path(str(module.__file__)).read_text()
+                )
             plan = driver_plan(target, remote, restart)
             (staging / "plan.json").write_text(json.dumps(plan, indent=1))
             if target.via:

@@ -1,9 +1,10 @@
-"""The distribution's packages a bundle carries for the hosts whose roles install some (HAProxy
-on the gateways): one flat apt repository per Debian release and architecture,
-``os/<suite>-<arch>/`` (acceldeploy.downloads.osrepo), with every dependency a host of that
-release could lack. The bundle server serves it at ``/os/<suite>-<arch>/`` and the roles
-install from it alone. Other releases' hosts are named: there, the package comes from the
-site's own mirror before the run (a role leaves an installed package as it is)."""
+"""The distribution's packages a bundle carries for the hosts whose roles install some (HAProxy on
+the gateways, Prometheus on the monitors, node exporter everywhere a monitor watches): one flat
+apt repository per Debian release and architecture, ``os/<suite>-<arch>/``
+(acceldeploy.downloads.osrepo), with every dependency a host of that release could lack. The
+bundle server serves it at ``/os/<suite>-<arch>/`` and the roles install from it alone. Other
+releases' hosts are named: there, the package comes from the site's own mirror before the run (a
+role leaves an installed package as it is)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 from acceldeploy.downloads import osrepo
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan as gateway_plan
+from acceldeploy.monitor import targets
 
 KIND = "os"
 
@@ -36,9 +38,13 @@ class Repo:
                 "hosts": list(self.hosts)}  # fmt: skip
 
 
-def host_packages(hostvars: Mapping[str, Any]) -> tuple[str, ...]:
-    """The distribution's packages this host's roles install."""
-    return gateway_plan.PACKAGES if gateway_plan.is_gateway(hostvars) else ()
+def host_packages(hostvars: Mapping[str, Any], monitored: bool) -> tuple[str, ...]:
+    """The distribution's packages this host's roles install: HAProxy on a gateway,
+    Prometheus on a monitor, and node exporter on every host of a monitored fleet."""
+    packages = [*(gateway_plan.PACKAGES if gateway_plan.is_gateway(hostvars) else ()),
+                *(targets.PACKAGES if targets.is_monitor(hostvars) else ()),
+                *(targets.NODE_PACKAGES if monitored else ())]  # fmt: skip
+    return tuple(packages)
 
 
 def wanted(hosts: Mapping[str, Mapping[str, Any]]) -> tuple[list[Repo], list[str]]:
@@ -46,8 +52,9 @@ def wanted(hosts: Mapping[str, Mapping[str, Any]]) -> tuple[list[Repo], list[str
     cannot carry packages for."""
     found: dict[tuple[str, str], tuple[set[str], list[str]]] = {}
     notes = []
+    monitored = any(targets.is_monitor(hv) for hv in hosts.values())
     for host, hv in sorted(hosts.items()):
-        packages = host_packages(hv)
+        packages = host_packages(hv, monitored)
         if not packages:
             continue
         release = str(hv.get("acceldeploy_os") or "").lower()

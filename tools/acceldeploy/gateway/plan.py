@@ -10,12 +10,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import roledefaults
-from acceldeploy.serving.service import LOOPBACK, Service, parse_services
+from acceldeploy.inventory import groups, roledefaults
+from acceldeploy.serving.service import LOOPBACK, WILDCARDS, Service, parse_services, reached_at
 
 VAR = "gateway_frontends"
-GROUP = "gateways"
-WILDCARDS = ("0.0.0.0", "::")
+GROUP = groups.GATEWAYS
 MAX_WEIGHT = 256  # HAProxy's bound
 # What the role installs from the distribution (the offline bundle carries it).
 PACKAGES = ("haproxy",)
@@ -75,17 +74,13 @@ def _served(
 def _server(
     host: str, address: str, service: Service, gateways: Mapping[str, str], var: str
 ) -> Server:
-    if service.host in LOOPBACK:
-        # Reachable only from the same machine: a gateway at the host's own address.
-        if any(reach != address for reach in gateways.values()):
-            raise AcceldeployError(
-                f"{var}: {service.name} on {host} binds {service.host}, which a gateway on "
-                "another machine cannot reach; set acceldeploy_services' host to the address "
-                "the gateways reach it on (with an api_key: non-loopback binds need one)"
-            )
-        reach = "127.0.0.1"
-    else:
-        reach = address if service.host in WILDCARDS else service.host
+    reach = reached_at(service, address, gateways.values())
+    if reach is None:
+        raise AcceldeployError(
+            f"{var}: {service.name} on {host} binds {service.host}, which a gateway on "
+            "another machine cannot reach; set acceldeploy_services' host to the address "
+            "the gateways reach it on (non-loopback binds need an api_key)"
+        )
     # Its devices: the ranks of its engine (a group's over all its nodes).
     weight = min(max(1, service.ranks), MAX_WEIGHT)
     return Server(host, reach, service.port, weight, service.api_key is not None)
@@ -214,12 +209,12 @@ def serving_view(host: str, services: Any, platform: Any, address: Any) -> dict[
 
 
 def is_gateway(hostvars: Mapping[str, Any]) -> bool:
-    return GROUP in (hostvars.get("group_names") or [])
+    return groups.in_group(hostvars, GROUP)
 
 
 def serving_hosts(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """The hosts outside the gateways group (those that run vLLM)."""
-    return {host: hv for host, hv in hosts.items() if not is_gateway(hv)}
+    """The hosts that run vLLM: outside the gateways and the monitors."""
+    return {host: hv for host, hv in hosts.items() if groups.serves(hv)}
 
 
 def address(host: str, hostvars: Mapping[str, Any]) -> str:
@@ -235,7 +230,7 @@ def fleet_views(
     for host, hv in every.items():
         if is_gateway(hv):
             gateways[host] = address(host, hv)
-        else:
+        elif groups.serves(hv):
             services, platform = hv.get("acceldeploy_services"), hv.get("acceldeploy_platform")
             serving[host] = serving_view(host, services, platform, address(host, hv))
     return serving, gateways

@@ -63,6 +63,12 @@ BOUNDS: dict[str, Bound] = {
     "vllm_service_gate_max_tokens": Bound(1, 4096, "tokens"),
     "vllm_service_gate_retries": Bound(1, DAY // 5, "polls 5 s apart"),
     "gaudi_runtime_hccl_timeout": Bound(60, DAY, "seconds"),
+    "monitor_prometheus_port": Bound(1, 65535, "a TCP port"),
+    "monitor_node_exporter_port": Bound(1, 65535, "a TCP port"),
+    "monitor_npu_exporter_port": Bound(1, 65535, "a TCP port"),
+    "monitor_gaudi_exporter_port": Bound(1, 65535, "a TCP port"),
+    "monitor_memory_interval": Bound(1, 3600, "seconds"),
+    "monitor_kv_cache_high": Bound(0.01, 1, "a share of the KV cache", whole=False),
 }
 WHOLE = re.compile(r"\s*-?\d+\s*")
 

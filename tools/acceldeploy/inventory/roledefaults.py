@@ -17,7 +17,7 @@ from acceldeploy.errors import AcceldeployError
 
 ROLES_DIR = Path(__file__).resolve().parents[3] / "roles"
 ROLES = ("host_tuning", "python_env", "model_weights", "vllm_service", "ascend_runtime",
-         "gaudi_runtime", "gateway")  # fmt: skip
+         "gaudi_runtime", "gateway", "monitor")  # fmt: skip
 
 
 @cache

@@ -104,6 +104,14 @@ def configure(top: argparse.ArgumentParser) -> None:
         "HAProxy, no vLLM)",
     )
     up.add_argument(
+        "--monitors",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N more hosts after those, in the inventory's monitors group (roles/monitor: "
+        "Prometheus, no vLLM)",
+    )
+    up.add_argument(
         "--inventory", type=Path, default=hosts.DEFAULT_INVENTORY, help=argparse.SUPPRESS
     )
     down = sub.add_parser("down", help="shut all lab hosts down and remove their state")
@@ -188,6 +196,7 @@ def run(args: argparse.Namespace, prog: str = "lab") -> int:
                 timeout=args.timeout,
                 isolated=args.isolated,
                 gateways=args.gateways,
+                monitors=args.monitors,
             )
             print(inventory)
         elif args.lab_command == "down":

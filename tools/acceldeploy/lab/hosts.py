@@ -585,12 +585,14 @@ def up(
     say: Say = say_stdout,
     isolated: bool = False,
     gateways: int = 0,
+    monitors: int = 0,
 ) -> Path:
     """Start lab1..labN, host i booting suites[i-1]; hosts already running are left alone.
     isolated: each host in its own network namespace on the lab bridge (lab/isolation.py).
-    gateways: that many more hosts after them, in the inventory's gateways group."""
-    suites = [*suites, *[rootfs.DEFAULT_SUITE] * gateways]
-    serving = len(suites) - gateways
+    gateways, monitors: that many more hosts after them, in the inventory's gateways group,
+    then in its monitors group."""
+    suites = [*suites, *[rootfs.DEFAULT_SUITE] * (gateways + monitors)]
+    serving = len(suites) - gateways - monitors
     if not suites:
         raise LabError("--hosts must be at least 1")
     bind_list = [Bind.of(b) for b in binds]
@@ -686,7 +688,15 @@ def up(
             wait_ready(specs, key, timeout)
         say("all hosts: systemctl is-system-running = running")
         hosts = [
-            InventoryHost(s.name, s.index, s.ssh_port, s.suite.name, s.address, s.index > serving)
+            InventoryHost(
+                s.name,
+                s.index,
+                s.ssh_port,
+                s.suite.name,
+                s.address,
+                serving < s.index <= serving + gateways,
+                s.index > serving + gateways,
+            )
             for s in specs
         ]
         return write_inventory(inventory, hosts, key, paths.cache)

@@ -15,6 +15,7 @@ from acceldeploy.lab.rootfs import DEFAULT_SUITE, suite_named
 
 GROUP = "lab"
 GATEWAYS = "gateways"
+MONITORS = "monitors"
 HEADER = (
     "# Written by `tools/lab.py up`; rewritten on every up. Hosts are systemd-nspawn\n"
     "# containers on this machine sharing its network: each has its own sshd port.\n"
@@ -30,8 +31,10 @@ class InventoryHost:
     suite: str = DEFAULT_SUITE.name
     # The isolated lab: the host's address on the lab bridge (sshd on port 22 there).
     address: str = ""
-    # In the gateways group (roles/gateway), not the lab's serving group.
+    # In the gateways group (roles/gateway) or the monitors group (roles/monitor), not the
+    # lab's serving group.
     gateway: bool = False
+    monitor: bool = False
 
 
 def inventory_data(
@@ -41,8 +44,10 @@ def inventory_data(
     server serves) as python_env_wheel_cache when given."""
     entries: dict[str, Any] = {}
     gateways: dict[str, Any] = {}
+    monitors: dict[str, Any] = {}
     for host in sorted(hosts, key=lambda h: h.index):
-        (gateways if host.gateway else entries)[host.name] = {
+        group = gateways if host.gateway else monitors if host.monitor else entries
+        group[host.name] = {
             "ansible_host": host.address or "127.0.0.1",
             "ansible_port": host.ssh_port,
             "ansible_user": "root",
@@ -71,6 +76,7 @@ def inventory_data(
                     "hosts": entries,
                 },
                 **({GATEWAYS: {"hosts": gateways}} if gateways else {}),
+                **({MONITORS: {"hosts": monitors}} if monitors else {}),
             }
         }
     }

@@ -1,9 +1,9 @@
-"""The lab's own apt repository: the distribution's packages that roles install on a host
-(haproxy for the gateway), downloaded once per suite on the controller with apt-get against
-that suite's own sources and keyrings, only what the suite's root filesystem lacks, and
-indexed with apt-ftparchive into a flat repository. The lab's wheel server serves it at
-``/os/<suite>/``; the hosts' sources.list names it and nothing else, so a host never reaches
-the internet for a package."""
+"""The lab's own apt repository: the distribution's packages that roles install on a host (haproxy
+for the gateway, prometheus and its node exporter for the monitor), downloaded once per suite on
+the controller with apt-get against that suite's own sources and keyrings, only what the suite's
+root filesystem lacks, and indexed with apt-ftparchive into a flat repository. The lab's wheel
+server serves it at ``/os/<suite>/``; the hosts' sources.list names it and nothing else, so a
+host never reaches the internet for a package."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from typing import Any
 from acceldeploy.downloads import osrepo
 from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.lab import rootfs
+from acceldeploy.monitor import targets as monitor_targets
 
-PACKAGES: tuple[str, ...] = gateway_plan.PACKAGES
+PACKAGES: tuple[str, ...] = (*gateway_plan.PACKAGES, *monitor_targets.PACKAGES,
+                              *monitor_targets.NODE_PACKAGES)  # fmt: skip
 
 
 class OsPackagesError(Exception):

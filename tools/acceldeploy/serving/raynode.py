@@ -30,6 +30,11 @@ RAY_TEMP = "ray"  # under the service's state directory: short enough for Ray's 
 TEMPLATE = "ray-node.service.j2"  # beside vllm.service.j2 (unit.TEMPLATES)
 
 
+def metrics_port(service: Service) -> int:
+    """Where each node's Ray exports its Prometheus metrics: the port after the cluster's."""
+    return service.cluster_port + 1
+
+
 def ray_temp_dir(service_name: str) -> str:
     return f"{state_dir(service_name)}/{RAY_TEMP}"
 
@@ -41,7 +46,8 @@ def ray_command(platform: Platform, context: HostContext) -> str:
 def ray_argv(service: Service, platform: Platform, context: HostContext) -> list[str]:
     where = render.node_place(service, context)
     argv = [ray_command(platform, context), "start", "--block", "--disable-usage-stats",
-            f"--node-ip-address={where.ip}"]  # fmt: skip
+            f"--node-ip-address={where.ip}",
+            f"--metrics-export-port={metrics_port(service)}"]  # fmt: skip
     if where.is_head:
         argv += ["--head", f"--port={service.cluster_port}", "--include-dashboard=false",
                  f"--temp-dir={ray_temp_dir(service.name)}"]  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from acceldeploy.planner.modelconfig import KV_CACHE_DTYPE_BYTES
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+WILDCARDS = ("0.0.0.0", "::")
 IFNAME_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")  # a Linux interface name
 # vLLM's modalities (limit_mm_per_prompt's keys: vllm/multimodal/inputs.py, ModalityData).
 MODALITIES = ("image", "video", "audio")
@@ -104,7 +106,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "pipeline_parallel_size": ("int", "PP stages (a multi-node service's nodes)."),
     "nodes": ("list of str", "Inventory hostnames of a service over several hosts; the first "
               "is the Ray head and serves the API."),
-    "cluster_port": ("int", "The Ray head's port (a multi-node service); not a service port."),
+    "cluster_port": ("int", "The Ray head's port (a multi-node service), Ray's metrics on the "
+                     "next one; not a service port."),
     "network_interface": ("str", "The NIC the collectives use on every node (GLOO / HCCL "
                           "interface variables)."),
     "port": ("int", "The API port."),
@@ -301,12 +304,15 @@ def _layout(
 
 
 def _cluster(merged: dict[str, Any], var: str) -> tuple[int, str | None]:
-    port = _int(merged["cluster_port"], f"{var}.cluster_port", 1, 65535)
-    if merged["nodes"] and port == merged["port"]:
+    port = _int(merged["cluster_port"], f"{var}.cluster_port", 1, 65534)
+    # Ray's metrics listen on the port after it (raynode.metrics_port).
+    if merged["nodes"] and merged["port"] in (port, port + 1):
+        clash = "is also its port" if merged["port"] == port else (
+            f"puts Ray's metrics on {port + 1}, its port")  # fmt: skip
         raise AcceldeployError(
-            f"{var}.cluster_port {port} is also its port: the head's Ray (GCS) and vLLM's API "
-            f"would both listen on {port}; give cluster_port another port (default "
-            f"{DEFAULTS['cluster_port']})"
+            f"{var}.cluster_port {port} {clash}: the head's Ray (GCS) listens on cluster_port, "
+            "each node's Ray metrics on the next port, vLLM's API on its port; give "
+            f"cluster_port another port (default {DEFAULTS['cluster_port']})"
         )
     nic = merged["network_interface"]
     if nic is not None and (not isinstance(nic, str) or not IFNAME_RE.fullmatch(nic)):
@@ -545,3 +551,12 @@ def check_engine_values(service: Service, engine: EngineOptions) -> None:
     raise AcceldeployError(
         f"{service.where}.kv_cache_dtype is {given!r}, {why}{hint}; use one of {', '.join(allowed)}"
     )
+
+
+def reached_at(service: Service, address: str, peers: Iterable[str]) -> str | None:
+    """Where peers (their addresses) reach a service on the host at `address`: its bind
+    address, the host's for a wildcard bind, 127.0.0.1 for a loopback bind when every peer is
+    that same machine (the same address), None when a loopback bind is out of their reach."""
+    if service.host in LOOPBACK:
+        return "127.0.0.1" if all(peer == address for peer in peers) else None
+    return address if service.host in WILDCARDS else service.host

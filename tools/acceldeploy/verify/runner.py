@@ -10,6 +10,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway.plan import is_gateway
+from acceldeploy.monitor.targets import is_monitor
 from acceldeploy.serving import selection
 from acceldeploy.serving.hostplan import HostPlan, host_plan
 from acceldeploy.serving.render import Launch, model_arch
@@ -18,6 +19,7 @@ from acceldeploy.serving.unit import cluster_check_argv
 from acceldeploy.verify import api, hoststate, memprobe
 from acceldeploy.verify.gateway import check_gateway
 from acceldeploy.verify.model import Check
+from acceldeploy.verify.monitor import check_monitor
 from acceldeploy.verify.remote import reach, tunnel
 
 
@@ -121,13 +123,16 @@ def check_cluster(conn: Any, plan: HostPlan, launch: Launch, timeout: float) -> 
 
 
 def run(inventory: str, limit: str, options: Options) -> list[Check]:
-    """Every selected host: a gateway's HAProxy (verify/gateway.py), else its services."""
+    """Every selected host: a gateway's HAProxy (verify/gateway.py), a monitor's Prometheus
+    (verify/monitor.py), else its services."""
     every = selection.every_host(inventory)
     found = selection.limited(inventory, limit, every)
 
     def one(host: str, hv: dict[str, Any]) -> list[Check]:
         if is_gateway(hv):
             return check_gateway(host, hv, every, options.timeout)
+        if is_monitor(hv):
+            return check_monitor(host, hv, every, options.timeout)
         return check_host(host, hv, options)
 
     with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:

@@ -1,0 +1,38 @@
+"""Ansible adapter over acceldeploy.monitor (tools/acceldeploy/monitor/): the monitor role's
+scrape targets and rules, from the inventory, checked on the controller before any host is
+touched."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.monitor import rules, targets
+
+
+def monitor_host_view(hostvars: Mapping[str, Any]) -> dict[str, Any]:
+    """hostvars[h] | monitor_host_view: what the targets need of one host."""
+    return dict(plain(targets.host_view(hostvars)))  # only these keys are templated
+
+
+def monitor_file_sd(views: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """{host: monitor_host_view} | monitor_file_sd: {job: file_sd target groups}."""
+    return targets.file_sd(targets.targets(plain(dict(views))))
+
+
+def monitor_units(hostvars: Mapping[str, Any], host: str) -> list[str]:
+    """hostvars[h] | monitor_units(h): the host's units that run vLLM (their memory, their
+    systemd state)."""
+    return targets.host_units(str(host), plain(dict(hostvars)))
+
+
+def monitor_rules(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """{alert_for, kv_cache_high, growth_window, growth_band_mib, ttft_slo} | monitor_rules:
+    the rule file's document."""
+    return rules.document(rules.settings(plain(dict(settings))))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return filters(monitor_host_view, monitor_file_sd, monitor_units, monitor_rules)

@@ -1,0 +1,119 @@
+"""The monitor (roles/monitor) on a lab host of its own: lab3, in the monitors group (tools/
+lab.py up --monitors 1), where no vLLM goes. site.yml deploys Prometheus there and node
+exporter with the services' memory on every host, from the lab's own apt repository; a second
+run changes nothing; every target is up, by Prometheus's own HTTP API; verify checks each
+scrape. Then lab2's vLLM is killed with SIGKILL and kept down: the service-down alert goes
+pending, then firing (its `for:` shortened by a variable), and resolves once lab2 serves again.
+Run after test_site.py (the served lab)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from ansible_run import run_playbook
+from labhost import INVENTORY, ROOT, lab_cli, on_host
+
+pytestmark = pytest.mark.e2e
+
+MONITOR, SERVING = "lab3", ("lab1", "lab2")
+PROMETHEUS = "http://127.0.0.1:9090"  # on lab3; the lab shares one network
+# The alert test's settings: a 5 s scrape, and down for 15 s fires.
+FAST = {"monitor_scrape_interval": "5s", "monitor_alert_for": {"down": "15s"}}
+
+
+@pytest.fixture(scope="module")
+def monitor() -> Iterator[str]:
+    lab_cli("up", "--hosts", "2", "--monitors", "1")
+    try:
+        yield MONITOR
+    finally:
+        lab_cli("down", "--host", MONITOR)
+
+
+def api(path: str, **query: str) -> Any:
+    url = f"{PROMETHEUS}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        data = json.loads(answer.read())
+    assert data["status"] == "success", data
+    return data["data"]
+
+
+def wait(predicate: Any, timeout: float, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()) and time.monotonic() < deadline:
+        time.sleep(every)
+    return value
+
+
+def targets_up() -> dict[tuple[str, str], str]:
+    active = api("/api/v1/targets", state="active")["activeTargets"]
+    return {(t["labels"]["job"], t["labels"]["host"]): t["health"] for t in active}
+
+
+def test_site_deploys_the_monitor_and_every_target_is_up(monitor: str) -> None:
+    preview = run_playbook("playbooks/monitor.yml", INVENTORY, check=True, diff=True)
+    assert preview.ok, preview.output[-4000:]  # on the bare monitor host
+    first = run_playbook("site.yml", INVENTORY, timeout=3000)
+    assert first.ok, first.output[-6000:]
+    assert first.changed(MONITOR) > 0
+    second = run_playbook("site.yml", INVENTORY, timeout=3000)
+    assert second.ok, second.output[-6000:]
+    hosts = (*SERVING, MONITOR)
+    assert {h: second.changed(h) for h in hosts} == dict.fromkeys(hosts, 0), second.drift()
+    assert on_host(MONITOR, "ls /etc/systemd/system | grep -c qwen3-vl || true").strip() == "0"
+    expected = {("vllm", h) for h in SERVING} | {("node", h) for h in hosts}
+    expected |= {("prometheus", MONITOR)}
+    seen = wait(lambda: (t := targets_up()) and set(t) == expected
+                and set(t.values()) == {"up"} and t, 90)  # fmt: skip
+    assert seen, targets_up()
+    memory = api("/api/v1/query", query='acceldeploy_service_memory_bytes{source="pss"}')
+    by_host = {r["metric"]["host"]: float(r["value"][1]) for r in memory["result"]}
+    assert set(by_host) == set(SERVING) and min(by_host.values()) > 100 * 2**20, by_host
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/verify.py"), "-i", str(INVENTORY), "--json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    checks = json.loads(proc.stdout)["checks"]
+    assert proc.returncode == 0, [c for c in checks if c["status"] == "fail"]
+    scraped = {c["name"] for c in checks if c["host"] == MONITOR and c["status"] == "pass"}
+    assert {f"scrape vllm {h}/qwen3-vl" for h in SERVING} <= scraped, scraped
+
+
+def alert_state(name: str, host: str) -> str:
+    for alert in api("/api/v1/alerts")["alerts"]:
+        labels = alert["labels"]
+        if labels.get("alertname") == name and labels.get("host") == host:
+            return str(alert["state"])
+    return "inactive"
+
+
+def test_a_killed_service_fires_the_down_alert_which_resolves(monitor: str) -> None:
+    fast = run_playbook("site.yml", INVENTORY, FAST, timeout=3000)
+    assert fast.ok, fast.output[-4000:]
+    assert wait(lambda: set(targets_up().values()) == {"up"}, 60)
+    pid = on_host("lab2", "systemctl show -p MainPID --value qwen3-vl").strip()
+    killed = time.monotonic()
+    # SIGKILL, then no restart: the unit is stopped while its process is already gone
+    on_host("lab2", f"kill -9 {pid}; systemctl stop qwen3-vl")
+    pending = wait(lambda: alert_state("VllmServiceDown", "lab2") == "pending", 60, 0.5)
+    pending_at = time.monotonic()
+    firing = wait(lambda: alert_state("VllmServiceDown", "lab2") == "firing", 90, 0.5)
+    firing_at = time.monotonic()
+    assert pending and firing, api("/api/v1/alerts")
+    on_host("lab2", "systemctl start qwen3-vl")
+    resolved = wait(lambda: alert_state("VllmServiceDown", "lab2") == "inactive", 180, 1.0)
+    resolved_at = time.monotonic()
+    assert resolved, api("/api/v1/alerts")
+    assert alert_state("VllmServiceDown", "lab1") == "inactive"  # lab1 served throughout
+    print(f"kill -> pending {pending_at - killed:.1f} s, -> firing {firing_at - killed:.1f} s "
+          f"(scrape 5 s, for: 15s); start -> resolved {resolved_at - firing_at:.1f} s")  # fmt: skip
+    back = run_playbook("site.yml", INVENTORY, timeout=3000)  # the default settings again
+    assert back.ok, back.output[-4000:]

@@ -1,0 +1,84 @@
+"""The fleet's alert and recording rules (acceldeploy.monitor.rules) checked by Prometheus's own
+promtool: `check rules` on what is rendered, and `test rules` with input series for every
+alert (tests/data/monitor/rules-test.yml): each fires on its case and stays quiet on a
+near miss, the memory-growth alerts on series shaped like seed 000's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.monitor import rules
+
+DATA = Path(__file__).parents[1] / "data" / "monitor"
+promtool = pytest.mark.skipif(
+    not shutil.which("promtool"), reason="no promtool (make host-deps: Debian's prometheus)"
+)
+
+
+def written(tmp_path: Path, **raw: object) -> Path:
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(rules.document(rules.settings(raw)), sort_keys=False))
+    return path
+
+
+@promtool
+def test_every_alert_fires_on_its_case_and_not_on_a_near_miss(tmp_path: Path) -> None:
+    written(tmp_path, ttft_slo={"qwen3-vl": "2s"})
+    shutil.copy(DATA / "rules-test.yml", tmp_path)
+    check = subprocess.run(["promtool", "check", "rules", "rules.yml"], cwd=tmp_path,
+                           capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    test = subprocess.run(["promtool", "test", "rules", "rules-test.yml"], cwd=tmp_path,
+                          capture_output=True, text=True)  # fmt: skip
+    assert test.returncode == 0, test.stdout + test.stderr
+
+
+@promtool
+def test_a_shorter_for_fires_sooner(tmp_path: Path) -> None:
+    """The lab's tests shorten `for:` by a variable: the same down series fires at 1m then."""
+    written(tmp_path, alert_for={"down": "15s"})
+    case = {"rule_files": ["rules.yml"], "evaluation_interval": "15s", "tests": [{
+        "interval": "15s",
+        "input_series": [{"series": 'up{job="vllm",host="lab1",service="s"}',
+                          "values": "1 0 0 0 0"}],
+        "alert_rule_test": [{"eval_time": "45s", "alertname": "VllmServiceDown", "exp_alerts": [{
+            "exp_labels": {"severity": "critical", "job": "vllm", "host": "lab1", "service": "s"},
+            "exp_annotations": {
+                "summary": "s on lab1 does not answer /metrics",
+                "runbook": "acceldeploy verify -i <inventory> --limit lab1; on the host, "
+                           "systemctl status s"}}]}]}]}  # fmt: skip
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(case))
+    test = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path,
+                          capture_output=True, text=True)  # fmt: skip
+    assert test.returncode == 0, test.stdout + test.stderr
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [({"alert_for": {"down": "soon"}}, "monitor_alert_for.down: 'soon' is not a duration"),
+     ({"alert_for": {"melted": "1m"}}, "monitor_alert_for.melted: no such alert"),
+     ({"kv_cache_high": 1.5}, "monitor_kv_cache_high must be a share in (0, 1]"),
+     ({"growth_band_mib": {"process": 0}}, "monitor_growth_band_mib must give process and device"),
+     ({"ttft_slo": {"qwen3-vl": "2"}}, "monitor_ttft_slo.qwen3-vl: '2' is not a duration"),
+     ({"growth_window": "1 hour"}, "monitor_growth_window: '1 hour' is not a duration")],
+)  # fmt: skip
+def test_bad_settings_are_named(raw: dict[str, object], says: str) -> None:
+    with pytest.raises(AcceldeployError) as caught:
+        rules.settings(raw)
+    assert says in str(caught.value)
+
+
+def test_every_alert_has_a_runbook_naming_a_command() -> None:
+    document = rules.document(rules.settings({"ttft_slo": {"m": "1s"}}))
+    alerts = [r for g in document["groups"] for r in g["rules"] if "alert" in r]
+    assert len(alerts) == 11
+    for alert in alerts:
+        runbook = alert["annotations"]["runbook"]
+        assert any(cmd in runbook for cmd in ("acceldeploy ", "ansible-playbook ", "systemctl ",
+                                              "journalctl ")), alert["alert"]  # fmt: skip

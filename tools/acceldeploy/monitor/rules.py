@@ -1,0 +1,209 @@
+"""The fleet's alert and recording rules, as one definition (Prometheus's rule file, checked by
+`promtool check rules` and unit-tested with `promtool test rules`). Each alert carries a
+runbook line naming the acceldeploy command to run next.
+
+Memory growth is bench's leak-or-cache question asked continuously: a cache fills to a
+plateau and stays there; a leak under the same traffic keeps climbing. So a series rises when
+the lowest reading of the last window sits above the highest of the window two windows back
+by more than the noise band (bench's floors: 64 MiB for a process tree, 256 MiB for device
+memory), with requests served in both. The alert fires when it keeps rising for `for:`: a
+cache that fills in less than that never fires, a leak fires about two windows plus `for:`
+after it starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+
+MIB = 1 << 20
+# The project's own series (the memory unit on each host, node exporter's textfile collector).
+SERVICE_MEMORY = "acceldeploy_service_memory_bytes"
+# The device exporters' memory in use: MindCluster's npu-exporter (MB), Habana's (bytes).
+NPU_HBM_USED_MB = "npu_chip_info_hbm_used_memory"
+NPU_HBM_USED_BYTES = "acceldeploy:npu_hbm_used:bytes"  # recorded from it
+GAUDI_MEMORY_USED = "habanalabs_memory_used_bytes"
+DURATION_UNITS = ("ms", "s", "m", "h", "d")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The monitor role's rule variables (monitor_alert_for, monitor_growth_*, ...)."""
+
+    alert_for: Mapping[str, str] = field(default_factory=dict)
+    kv_cache_high: float = 0.9
+    growth_window: str = "30m"
+    growth_band_mib: Mapping[str, int] = field(default_factory=dict)
+    # {service: seconds}: p99 TTFT goals (monitor_ttft_slo)
+    ttft_slo: Mapping[str, float] = field(default_factory=dict)
+
+
+FOR_DEFAULTS = {
+    # a dead engine is not a blip: two failed scrapes at a 15 s interval, then some
+    "down": "1m",
+    "restart_loop": "0m",
+    # a full KV cache for a moment is a busy service; for ten minutes it is too small
+    "kv_cache": "10m",
+    "queue": "5m",
+    "preemptions": "10m",
+    "ttft": "10m",
+    "ray_node": "2m",
+    "scrape": "5m",
+    # a second window in a row: one window above the last can be a new, larger working set
+    "growth": "30m",
+}
+BAND_DEFAULTS = {"process": 64, "device": 256}
+
+
+def _duration(value: Any, var: str) -> str:
+    text = str(value).strip()
+    number = text.rstrip("".join(set("".join(DURATION_UNITS))))
+    unit = text[len(number) :]
+    if not number.isdigit() or unit not in DURATION_UNITS:
+        raise AcceldeployError(f"{var}: {value!r} is not a duration like 30s, 5m or 1h")
+    return text
+
+
+def settings(raw: Mapping[str, Any]) -> Settings:
+    """From the role's variables (monitor_<field>), every value checked, naming it."""
+    alert_for = {**FOR_DEFAULTS, **dict(raw.get("alert_for") or {})}
+    unknown = sorted(set(alert_for) - set(FOR_DEFAULTS))
+    if unknown:
+        raise AcceldeployError(
+            f"monitor_alert_for.{unknown[0]}: no such alert; known: {', '.join(FOR_DEFAULTS)}"
+        )
+    for key, value in alert_for.items():
+        _duration(value, f"monitor_alert_for.{key}")
+    kv = float(raw.get("kv_cache_high", 0.9))
+    if not 0 < kv <= 1:
+        raise AcceldeployError(f"monitor_kv_cache_high must be a share in (0, 1], got {kv}")
+    bands = {**BAND_DEFAULTS, **dict(raw.get("growth_band_mib") or {})}
+    if set(bands) != set(BAND_DEFAULTS) or any(int(v) <= 0 for v in bands.values()):
+        raise AcceldeployError("monitor_growth_band_mib must give process and device, in MiB > 0")
+    slo = {}
+    for name, value in dict(raw.get("ttft_slo") or {}).items():
+        slo[str(name)] = _seconds(_duration(value, f"monitor_ttft_slo.{name}"))
+    window = _duration(raw.get("growth_window") or "30m", "monitor_growth_window")
+    return Settings(alert_for, kv, window, {k: int(v) for k, v in bands.items()}, slo)
+
+
+def _seconds(duration: str) -> float:
+    unit = next(u for u in DURATION_UNITS if duration.endswith(u) and duration[: -len(u)].isdigit())
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+    return int(duration[: -len(unit)]) * scale
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g}m" if seconds >= 60 else f"{seconds:g}s"
+
+
+def _alert(
+    name: str, expr: str, wait: str, severity: str, summary: str, runbook: str
+) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": wait,
+        "labels": {"severity": severity},
+        "annotations": {"summary": summary, "runbook": runbook},
+    }
+
+
+def _growth(name: str, series: str, band_bytes: int, s: Settings, what: str) -> dict[str, Any]:
+    window = s.growth_window
+    seconds = _seconds(window)
+    back = f"{seconds * 2:g}s"
+    then = f"from {_minutes(seconds * 3)} to {_minutes(seconds * 2)} ago"
+    served = (
+        f"sum by (host) (rate(vllm:request_success_total[{window}])) > 0"
+        f" and sum by (host) (rate(vllm:request_success_total[{window}] offset {back})) > 0"
+    )
+    expr = (
+        f"(min_over_time({series}[{window}]) - max_over_time({series}[{window}] offset {back}))"
+        f" > {band_bytes} and on (host) ({served})"
+    )
+    return _alert(
+        name, expr, s.alert_for["growth"], "warning",
+        f"{what} on {{{{ $labels.host }}}} keeps growing under traffic: its lowest reading of "
+        f"the last {window} is {{{{ $value | humanize1024 }}}}B above its highest {then}",
+        "a cache levels off and a leak does not: confirm with identical rounds, "
+        "`acceldeploy bench -i <inventory> --profile smoke --limit {{ $labels.host }}` "
+        "(its verdict says bounded or growing)",
+    )  # fmt: skip
+
+
+def document(s: Settings) -> dict[str, Any]:
+    """The rule file: one group of recording rules, one of alerts."""
+    f = s.alert_for
+    verify = "acceldeploy verify -i <inventory> --limit {{ $labels.host }}"
+    alerts = [
+        _alert("VllmServiceDown", 'up{job="vllm"} == 0', f["down"], "critical",
+               "{{ $labels.service }} on {{ $labels.host }} does not answer /metrics",
+               f"{verify}; on the host, systemctl status {{{{ $labels.service }}}}"),
+        _alert("VllmServiceRestartLoop",
+               'increase(node_systemd_service_restart_total{name=~".+\\\\.service"}[15m]) >= 3',
+               f["restart_loop"], "critical",
+               "{{ $labels.name }} on {{ $labels.host }} restarted "
+               "{{ $value | humanize }} times in 15 minutes",
+               "on the host, journalctl -u {{ $labels.name }} -n 50; a bad deploy rolls back "
+               "with `ansible-playbook site.yml -i <inventory> --limit {{ $labels.host }}` "
+               "on the last good inventory"),
+        _alert("VllmKvCacheFull", f'vllm:kv_cache_usage_perc{{job="vllm"}} > {s.kv_cache_high}',
+               f["kv_cache"], "warning",
+               "{{ $labels.service }} on {{ $labels.host }}: KV cache "
+               "{{ $value | humanizePercentage }} full",
+               "more KV room or fewer sequences: `acceldeploy tune -i <inventory> --host "
+               "{{ $labels.host }} --service {{ $labels.service }} --space "
+               "'max_num_seqs=...' ...`"),
+        _alert("VllmQueueGrowing",
+               'vllm:num_requests_waiting{job="vllm"} > 0 '
+               'and deriv(vllm:num_requests_waiting{job="vllm"}[5m]) > 0',
+               f["queue"], "warning",
+               "{{ $labels.service }} on {{ $labels.host }}: the waiting queue keeps growing",
+               "the service takes less than it is sent: `acceldeploy bench -i <inventory> "
+               "--via-gateway <gateway> --profile <profile>` for the fleet's capacity"),
+        _alert("VllmPreempting", 'increase(vllm:num_preemptions_total{job="vllm"}[5m]) > 0',
+               f["preemptions"], "warning",
+               "{{ $labels.service }} on {{ $labels.host }} preempted "
+               "{{ $value | humanize }} requests in 5 minutes",
+               "the KV cache is too small for the batch: `acceldeploy tune` on "
+               "max_num_seqs / the KV space"),
+        _alert("RayNodeMissing", 'up{job="ray"} == 0', f["ray_node"], "critical",
+               "Ray on {{ $labels.host }} ({{ $labels.service }}) does not answer",
+               f"{verify}; on the host, systemctl status ray-{{{{ $labels.service }}}}"),
+        _alert("ScrapeFailing", 'up{job!~"vllm|ray"} == 0', f["scrape"], "warning",
+               "{{ $labels.job }} on {{ $labels.host }} cannot be scraped",
+               "on the host, systemctl status of the exporter; "
+               "`ansible-playbook site.yml -i <inventory> --tags monitor`"),
+        _growth("ServiceMemoryGrowing", f'{SERVICE_MEMORY}{{source="pss"}}',
+                s.growth_band_mib["process"] * MIB, s, "{{ $labels.service }}'s memory"),
+        _growth("NpuMemoryGrowing", NPU_HBM_USED_BYTES,
+                s.growth_band_mib["device"] * MIB, s, "NPU {{ $labels.id }}'s HBM"),
+        _growth("GaudiMemoryGrowing", GAUDI_MEMORY_USED,
+                s.growth_band_mib["device"] * MIB, s, "HPU {{ $labels.UUID }}'s memory"),
+    ]  # fmt: skip
+    for service, seconds in sorted(s.ttft_slo.items()):
+        alerts.append(_alert(
+            "VllmTtftOverSlo",
+            f'acceldeploy:ttft_seconds:p99_5m{{service="{service}"}} > {seconds:g}',
+            f["ttft"], "warning",
+            f"{service} on {{{{ $labels.host }}}}: p99 TTFT {{{{ $value | humanizeDuration }}}} "
+            f"over its goal of {seconds:g} s",
+            "`acceldeploy bench -i <inventory> --limit {{ $labels.host }} --service "
+            f"{service} --profile <profile>` against its baseline, then `acceldeploy tune`",
+        ))  # fmt: skip
+    records = [
+        {"record": "acceldeploy:ttft_seconds:p99_5m",
+         "expr": "histogram_quantile(0.99, sum by (le, host, service) "
+                 '(rate(vllm:time_to_first_token_seconds_bucket{job="vllm"}[5m])))'},
+        {"record": "acceldeploy:generation_tokens:rate1m",
+         "expr": 'sum by (host, service) (rate(vllm:generation_tokens_total{job="vllm"}[1m]))'},
+        {"record": NPU_HBM_USED_BYTES, "expr": f"{NPU_HBM_USED_MB} * {MIB}"},
+        {"record": "acceldeploy:requests:rate1m",
+         "expr": 'sum by (host, service) (rate(vllm:request_success_total{job="vllm"}[1m]))'},
+    ]  # fmt: skip
+    return {"groups": [{"name": "acceldeploy-records", "rules": records},
+                       {"name": "acceldeploy-alerts", "rules": alerts}]}  # fmt: skip

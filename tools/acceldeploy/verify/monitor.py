@@ -1,0 +1,103 @@
+"""Checks of each monitor host: Prometheus's own view of every target it should scrape (up,
+or named with its host and the error), and the alerts firing now (a warning each: the alert
+names the command to run next)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import roledefaults
+from acceldeploy.monitor import targets
+from acceldeploy.verify.model import Check, Status
+from acceldeploy.verify.remote import forward, on_host, reach
+
+REDEPLOY = "`ansible-playbook site.yml -i <inventory> --tags monitor`"
+
+
+def target_checks(monitor: str, active: list[dict[str, Any]]) -> list[Check]:
+    """One check per scraped target (Prometheus's /api/v1/targets activeTargets)."""
+    checks = []
+    for target in sorted(active, key=lambda t: (t["labels"].get("job", ""),
+                                               t["labels"].get("host", ""))):  # fmt: skip
+        labels = target["labels"]
+        job, host = labels.get("job", "?"), labels.get("host", "?")
+        what = f"{job} {host}" + (f"/{labels['service']}" if labels.get("service") else "")
+        ok = target.get("health") == "up"
+        detail = f"{target.get('scrapeUrl', '')}: {target.get('health')}"
+        if not ok and target.get("lastError"):
+            detail += f" ({target['lastError']})"
+        fix = (
+            f"Prometheus on {monitor} cannot scrape {job} on {host}: on {host}, systemctl "
+            f"status of what serves it; {REDEPLOY}"
+        )
+        status: Status = "pass" if ok else "fail"
+        checks.append(
+            Check(
+                monitor, f"scrape {what}", status, detail, "" if ok else fix, labels.get("service")
+            )
+        )
+    return checks
+
+
+def alert_checks(monitor: str, alerts: list[dict[str, Any]]) -> list[Check]:
+    """A warning per firing alert, with its summary and runbook line."""
+    checks = []
+    for alert in alerts:
+        if alert.get("state") != "firing":
+            continue
+        labels, notes = alert.get("labels", {}), alert.get("annotations", {})
+        checks.append(Check(monitor, f"alert {labels.get('alertname')}", "warn",
+                            str(notes.get("summary", "")), str(notes.get("runbook", "")),
+                            labels.get("service")))  # fmt: skip
+    return checks
+
+
+def _get(base: str, path: str, timeout: float) -> Any:
+    with urllib.request.urlopen(base + path, timeout=timeout) as answer:
+        data = json.loads(answer.read())
+    if data.get("status") != "success":
+        raise AcceldeployError(f"{path}: {data.get('error', data)}")
+    return data["data"]
+
+
+def check_monitor(
+    hostname: str,
+    hostvars: Mapping[str, Any],
+    every: Mapping[str, Mapping[str, Any]],
+    timeout: float,
+) -> list[Check]:
+    try:
+        expected = targets.targets(every)
+    except AcceldeployError as exc:
+        return [Check(hostname, "inventory", "fail", str(exc), "fix the inventory")]
+    conn, reached = reach(hostname, dict(hostvars), timeout)
+    checks = [reached]
+    if conn is None:
+        return checks
+    bind = str(roledefaults.value(hostvars, "monitor_prometheus_bind"))
+    port = int(roledefaults.value(hostvars, "monitor_prometheus_port"))
+    try:
+        with forward(conn, on_host(bind), port) as base:
+            active = _get(base, "/api/v1/targets?state=active", timeout)["activeTargets"]
+            alerts = _get(base, "/api/v1/alerts", timeout)["alerts"]
+    except Exception as exc:
+        return [*checks, Check(hostname, "prometheus", "fail", f"{type(exc).__name__}: {exc}",
+                               f"on {hostname}: systemctl status prometheus")]  # fmt: skip
+    finally:
+        conn.close()
+    mine = [t for t in active if t["labels"].get("job") in targets.JOBS]
+    found = {_key(t["labels"].get("job"), t["labels"]) for t in mine}
+    for t in expected:
+        if _key(t.job, dict(t.labels)) not in found:
+            what = f"scrape {t.job} {dict(t.labels)['host']}"
+            checks.append(Check(hostname, what, "fail", "not among Prometheus's targets",
+                                f"{REDEPLOY} writes them"))  # fmt: skip
+    return [*checks, *target_checks(hostname, mine), *alert_checks(hostname, alerts)]
+
+
+def _key(job: Any, labels: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    return job, labels.get("host"), labels.get("service")
