@@ -19,6 +19,9 @@ from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.monitor import targets
 
 KIND = "os"
+# What a repository holds: every package a role may install, whichever the hosts need, so one
+# download serves every inventory of that release (and the cache is built once).
+CARRIED = (*gateway_plan.PACKAGES, *targets.PACKAGES, *targets.NODE_PACKAGES)
 
 
 @dataclass(frozen=True)
@@ -86,10 +89,11 @@ def wanted(hosts: Mapping[str, Mapping[str, Any]]) -> tuple[list[Repo], list[str
 
 
 def fetch(repo: Repo, cache: Path) -> list[Path]:
-    """The repository in the controller's cache (built when its recipe changed): its files."""
+    """The repository in the controller's cache (built when its recipe changed): its files,
+    every package of CARRIED with its dependencies."""
     target = cache / "os-repos" / repo.name
     sources = osrepo.sources_list(repo.suite, osrepo.mirror())
-    osrepo.ensure(target, sources, repo.packages, arch=repo.arch)
+    osrepo.ensure(target, sources, CARRIED, arch=repo.arch)
     return sorted(p for p in target.iterdir() if p.is_file() and p.name != osrepo.STAMP)
 
 

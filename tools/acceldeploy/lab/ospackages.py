@@ -10,13 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from acceldeploy.bundle import ospackages as bundle_os
 from acceldeploy.downloads import osrepo
-from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.lab import rootfs
-from acceldeploy.monitor import targets as monitor_targets
 
-PACKAGES: tuple[str, ...] = (*gateway_plan.PACKAGES, *monitor_targets.PACKAGES,
-                              *monitor_targets.NODE_PACKAGES)  # fmt: skip
+PACKAGES: tuple[str, ...] = bundle_os.CARRIED
 
 
 class OsPackagesError(Exception):

@@ -66,7 +66,7 @@ def _os_packages(cache: Path, suite: rootfs.Suite, tree: Path) -> dict[str, Any]
         lab = ospackages.ensure(cache, suite, tree)
     # What an offline bundle of the lab's gateways carries (bundle/ospackages.py), fetched
     # here so that tests build bundles from the cache alone.
-    repo = bundle_os.Repo(suite.name, "amd64", ospackages.PACKAGES, ())
+    repo = bundle_os.Repo(suite.name, "amd64", bundle_os.CARRIED, ())
     with progress.step(f"os packages for an offline bundle: {repo.name}"):
         bundle = [p.name for p in bundle_os.fetch(repo, cache)]
     return {**lab, "bundle": bundle}
