@@ -66,8 +66,8 @@ def test_a_loopback_service_is_out_of_a_remote_monitors_reach(tmp_path: Path) ->
     with pytest.raises(AcceldeployError) as caught:
         targets.targets(every)
     assert (
-        "lab1: acceldeploy_services qwen3-vl binds 127.0.0.1, which a monitor on another "
-        "machine cannot scrape" in str(caught.value)
+        "qwen3-vl on lab1 binds 127.0.0.1, which a monitor on another machine cannot reach"
+        in str(caught.value)
     )
 
 

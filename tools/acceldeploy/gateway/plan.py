@@ -11,7 +11,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups, roledefaults
-from acceldeploy.serving.service import LOOPBACK, WILDCARDS, Service, parse_services, reached_at
+from acceldeploy.serving.service import LOOPBACK, WILDCARDS, Service, parse_services, reached_by
 
 VAR = "gateway_frontends"
 GROUP = groups.GATEWAYS
@@ -74,13 +74,10 @@ def _served(
 def _server(
     host: str, address: str, service: Service, gateways: Mapping[str, str], var: str
 ) -> Server:
-    reach = reached_at(service, address, gateways.values())
-    if reach is None:
-        raise AcceldeployError(
-            f"{var}: {service.name} on {host} binds {service.host}, which a gateway on "
-            "another machine cannot reach; set acceldeploy_services' host to the address "
-            "the gateways reach it on (non-loopback binds need an api_key)"
-        )
+    try:
+        reach = reached_by(service, host, address, gateways.values(), "gateway")
+    except AcceldeployError as exc:
+        raise AcceldeployError(f"{var}: {exc}") from None
     # Its devices: the ranks of its engine (a group's over all its nodes).
     weight = min(max(1, service.ranks), MAX_WEIGHT)
     return Server(host, reach, service.port, weight, service.api_key is not None)

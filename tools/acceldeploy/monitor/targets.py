@@ -22,7 +22,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups, roledefaults
 from acceldeploy.serving import cluster
 from acceldeploy.serving.raynode import metrics_port
-from acceldeploy.serving.service import parse_services, reached_at
+from acceldeploy.serving.service import parse_services, reached_by
 
 GROUP = groups.MONITORS
 JOBS = ("vllm", "node", "ray", "npu", "gaudi")
@@ -91,13 +91,7 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
                 found.append(Target("ray", here, metrics_port(service), node))
                 if service.nodes[0] != host:
                     continue  # a worker node: its head answers the API
-            reach = reached_at(service, here, monitors.values())
-            if reach is None:
-                raise AcceldeployError(
-                    f"{host}: acceldeploy_services {service.name} binds {service.host}, which a "
-                    "monitor on another machine cannot scrape; set its host to the address the "
-                    "monitors reach it on (non-loopback binds need an api_key)"
-                )
+            reach = reached_by(service, host, here, monitors.values(), "monitor")
             found.append(Target("vllm", reach, service.port, labels))
     return found
 

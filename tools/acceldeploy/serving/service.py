@@ -560,3 +560,15 @@ def reached_at(service: Service, address: str, peers: Iterable[str]) -> str | No
     if service.host in LOOPBACK:
         return "127.0.0.1" if all(peer == address for peer in peers) else None
     return address if service.host in WILDCARDS else service.host
+
+
+def reached_by(service: Service, host: str, address: str, peers: Iterable[str], who: str) -> str:
+    """reached_at, else the refusal naming the service and the fix (who: "gateway", ...)."""
+    reach = reached_at(service, address, peers)
+    if reach is None:
+        raise AcceldeployError(
+            f"{service.name} on {host} binds {service.host}, which a {who} on another machine "
+            f"cannot reach; set acceldeploy_services' host to the address the {who}s reach it "
+            "on (non-loopback binds need an api_key)"
+        )
+    return reach
