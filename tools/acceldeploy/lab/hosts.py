@@ -291,6 +291,10 @@ def nspawn_argv(spec: HostSpec) -> list[str]:
     argv += [f"--capability={cap}" for cap in spec.capabilities]
     if spec.address:
         argv.append(f"--network-bridge={isolation.BRIDGE}")
+        # systemd's IP firewalling (the units' IPAddressDeny=/IPAddressAllow=) is a cgroup BPF
+        # program, and nspawn's seccomp filter refuses bpf() unless allowed: on the isolated
+        # lab, where hosts have addresses of their own, the units' firewall holds as on a rack.
+        argv.append("--system-call-filter=bpf")
     return argv
 
 
