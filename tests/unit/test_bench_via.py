@@ -74,6 +74,8 @@ def test_where_the_load_reaches_a_frontend() -> None:
     assert url_from(public, "10.0.0.5", "10.0.0.5", True) == "https://127.0.0.1:9001"
     private = Frontend("m", 9001, "10.0.1.5", server)
     assert url_from(private, "10.0.0.5", "10.0.0.11", False) == "http://10.0.1.5:9001"
+    # on the gateway's own machine a frontend bound to one address answers only there
+    assert url_from(private, "10.0.0.5", "10.0.0.5", False) == "http://10.0.1.5:9001"
     loopback = Frontend("m", 9001, "127.0.0.1", server)
     with pytest.raises(AcceldeployError, match="gateway_bind: the gateway's m frontend binds"):
         url_from(loopback, "10.0.0.5", "10.0.0.11", False)

@@ -264,9 +264,8 @@ def run_target(
                     Path(target.profile.dataset_path).read_bytes()
                 )
             for module in (driver, unitmemory):
-                (staging / Path(str(module.__file__)).name).write_text(
-                    Path(str(module.__file__)).read_text()
-                )
+                source = Path(str(module.__file__))
+                (staging / source.name).write_text(source.read_text())
             plan = driver_plan(target, remote, restart)
             (staging / "plan.json").write_text(json.dumps(plan, indent=1))
             if target.via:

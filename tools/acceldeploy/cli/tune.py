@@ -192,6 +192,11 @@ def run(args: argparse.Namespace) -> int:
     return tune(args, config, out, state)
 
 
+def drained_in(config: Setup) -> list[str]:
+    """The gateways that send this service's requests to this host."""
+    return sorted({entry["gateway"] for entry in config.rotation})
+
+
 def drain(config: Setup, timeout: float, conn: Any) -> None:
     """Out of every gateway's rotation before the first restart, or nothing changes."""
     if not config.rotation:
@@ -205,7 +210,7 @@ def drain(config: Setup, timeout: float, conn: Any) -> None:
             f"({'; '.join(failed)}): a tune there would measure client requests too; nothing "
             "was changed"
         )
-    gateways = ", ".join(sorted({e["gateway"] for e in config.rotation}))
+    gateways = ", ".join(drained_in(config))
     print(f"{config.unit.name} on {config.host} drained in {gateways} for the tune", flush=True)
 
 
@@ -213,7 +218,7 @@ def ready(config: Setup, healthy: bool, timeout: float) -> dict[str, Any]:
     """Back into rotation once restored and healthy; else left drained, and said so."""
     if not config.rotation:
         return {}
-    gateways = sorted({e["gateway"] for e in config.rotation})
+    gateways = drained_in(config)
     if not healthy:
         print(f"{config.unit.name} on {config.host} stays drained in {', '.join(gateways)}: it "
               "did not come back healthy on its deployed flags", file=sys.stderr)  # fmt: skip

@@ -11,7 +11,14 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups, roledefaults
-from acceldeploy.serving.service import LOOPBACK, WILDCARDS, Service, parse_services, reached_by
+from acceldeploy.serving.service import (
+    LOOPBACK,
+    WILDCARDS,
+    Service,
+    on_host,
+    parse_services,
+    reached_by,
+)
 
 VAR = "gateway_frontends"
 GROUP = groups.GATEWAYS
@@ -193,7 +200,8 @@ def url_from(frontend: Frontend, gateway_address: str, client_address: str, tls:
             f"which {client_address} cannot reach; bind it where the serving hosts reach it "
             "(gateway_bind, with gateway_client_keys)"
         )
-    host = "127.0.0.1" if same else gateway_address if frontend.bind in WILDCARDS else frontend.bind
+    host = on_host(frontend.bind) if same else (
+        gateway_address if frontend.bind in WILDCARDS else frontend.bind)  # fmt: skip
     host = f"[{host}]" if ":" in host else host
     return f"{'https' if tls else 'http'}://{host}:{frontend.port}"
 

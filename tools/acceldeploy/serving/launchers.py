@@ -22,6 +22,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
 from acceldeploy.runtimes.python_env import built_prefix, env_prefix
 from acceldeploy.serving import gaudi_launch
+from acceldeploy.serving.service import LOOPBACK, WILDCARDS
 
 if TYPE_CHECKING:
     from acceldeploy.serving.render import Launch
@@ -41,8 +42,6 @@ args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(
 validate_parsed_serve_args(args)
 print("vllm accepts the argv")
 """
-
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[str] | None:
@@ -69,7 +68,7 @@ def ip_allow(launch: Launch, allow_from: Sequence[str]) -> list[str]:
         return ["localhost"]
     if not allow_from:
         return []
-    own = [] if launch.host in ("0.0.0.0", "::") else [launch.host]
+    own = [] if launch.host in WILDCARDS else [launch.host]
     peers = [*own, *launch.nodes.values(), *allow_from]
     return ["localhost", *dict.fromkeys(p for p in peers if p not in LOOPBACK)]
 

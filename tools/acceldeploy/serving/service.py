@@ -553,6 +553,11 @@ def check_engine_values(service: Service, engine: EngineOptions) -> None:
     )
 
 
+def on_host(bind: str) -> str:
+    """Where a listener bound to `bind` answers from the host itself."""
+    return "127.0.0.1" if bind in (*WILDCARDS, "localhost") else bind
+
+
 def reached_at(service: Service, address: str, peers: Iterable[str]) -> str | None:
     """Where peers (their addresses) reach a service on the host at `address`: its bind
     address, the host's for a wildcard bind, 127.0.0.1 for a loopback bind when every peer is

@@ -12,9 +12,10 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan
 from acceldeploy.inventory import roledefaults
+from acceldeploy.serving.service import on_host
 from acceldeploy.verify import api
 from acceldeploy.verify.model import Check
-from acceldeploy.verify.remote import forward, on_host, reach
+from acceldeploy.verify.remote import forward, reach
 
 # A command on HAProxy's runtime API (argv: socket, command), with the Python every Ansible
 # host has; its answer on stdout.

@@ -12,8 +12,9 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import roledefaults
 from acceldeploy.monitor import targets
+from acceldeploy.serving.service import on_host
 from acceldeploy.verify.model import Check, Status
-from acceldeploy.verify.remote import forward, on_host, reach
+from acceldeploy.verify.remote import forward, reach
 
 REDEPLOY = "`ansible-playbook site.yml -i <inventory> --tags monitor`"
 

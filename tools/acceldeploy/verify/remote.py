@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from acceldeploy.serving.render import Launch
+from acceldeploy.serving.service import on_host
 from acceldeploy.verify.model import Check
 
 
@@ -57,11 +58,6 @@ def forward(conn: Any, remote_host: str, remote_port: int) -> Iterator[str]:
     with conn.forward_local(local_port=local, remote_port=remote_port, remote_host=remote_host):
         _wait_listening(local)
         yield f"http://127.0.0.1:{local}"
-
-
-def on_host(bind: str) -> str:
-    """Where a listener bound to `bind` answers from the host itself."""
-    return "127.0.0.1" if bind in ("0.0.0.0", "::", "localhost") else bind
 
 
 def tunnel(conn: Any, launch: Launch) -> contextlib.AbstractContextManager[str]:
