@@ -106,9 +106,12 @@ class PlaybookRun:
 
     @property
     def output(self) -> str:
-        """For assertion messages: the command, stderr, and the failed tasks' messages."""
+        """For assertion messages: the command, stderr, and the failed tasks' messages (with the
+        end of a failed command's stdout: verify's table)."""
         failed = [
-            f"{t} [{h}]: {r.get('msg')}" for t, h, r in self.iter_results() if r.get("failed")
+            f"{t} [{h}]: {r.get('msg')}" + (f"\n{r['stdout'][-3000:]}" if r.get("stdout") else "")
+            for t, h, r in self.iter_results()
+            if r.get("failed")
         ]
         return "\n".join([" ".join(self.argv), self.stderr[-4000:], *failed])
 

@@ -85,9 +85,14 @@ def settings(raw: Mapping[str, Any]) -> Settings:
         raise AcceldeployError("monitor_growth_band_mib must give process and device, in MiB > 0")
     slo = {}
     for name, value in dict(raw.get("ttft_slo") or {}).items():
-        slo[str(name)] = _seconds(_duration(value, f"monitor_ttft_slo.{name}"))
+        slo[str(name)] = seconds(value, f"monitor_ttft_slo.{name}")
     window = _duration(raw.get("growth_window") or "30m", "monitor_growth_window")
     return Settings(alert_for, kv, window, {k: int(v) for k, v in bands.items()}, slo)
+
+
+def seconds(value: Any, var: str) -> float:
+    """A duration variable (30s, 5m, 1h) in seconds, checked, naming the variable."""
+    return _seconds(_duration(value, var))
 
 
 def _seconds(duration: str) -> float:

@@ -5,13 +5,14 @@ names the command to run next)."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import roledefaults
-from acceldeploy.monitor import targets
+from acceldeploy.monitor import rules, targets
 from acceldeploy.serving.service import on_host
 from acceldeploy.verify.model import Check, Status
 from acceldeploy.verify.remote import forward, reach
@@ -71,10 +72,13 @@ def check_monitor(
     every: Mapping[str, Mapping[str, Any]],
     timeout: float,
 ) -> list[Check]:
+    var = "monitor_scrape_interval"
     try:
         expected = targets.targets(every)
+        interval = rules.seconds(roledefaults.value(hostvars, var), var)
     except AcceldeployError as exc:
         return [Check(hostname, "inventory", "fail", str(exc), "fix the inventory")]
+    wanted = {_key(t.job, dict(t.labels)): t for t in expected}
     conn, reached = reach(hostname, dict(hostvars), timeout)
     checks = [reached]
     if conn is None:
@@ -83,21 +87,37 @@ def check_monitor(
     port = int(roledefaults.value(hostvars, "monitor_prometheus_port"))
     try:
         with forward(conn, on_host(bind), port) as base:
-            active = _get(base, "/api/v1/targets?state=active", timeout)["activeTargets"]
+            mine = scraped(base, timeout, 2 * interval + timeout, set(wanted))
             alerts = _get(base, "/api/v1/alerts", timeout)["alerts"]
     except Exception as exc:
         return [*checks, Check(hostname, "prometheus", "fail", f"{type(exc).__name__}: {exc}",
                                f"on {hostname}: systemctl status prometheus")]  # fmt: skip
     finally:
         conn.close()
-    mine = [t for t in active if t["labels"].get("job") in targets.JOBS]
     found = {_key(t["labels"].get("job"), t["labels"]) for t in mine}
-    for t in expected:
-        if _key(t.job, dict(t.labels)) not in found:
+    for key, t in wanted.items():
+        if key not in found:
             what = f"scrape {t.job} {dict(t.labels)['host']}"
             checks.append(Check(hostname, what, "fail", "not among Prometheus's targets",
                                 f"{REDEPLOY} writes them"))  # fmt: skip
     return [*checks, *target_checks(hostname, mine), *alert_checks(hostname, alerts)]
+
+
+def scraped(
+    base: str, timeout: float, within: float, expected: set[tuple[Any, Any, Any]]
+) -> list[dict[str, Any]]:
+    """The project's active targets once every expected one is there and none is still
+    "unknown" (not scraped since Prometheus started or reloaded its config: discovery and the
+    first scrape follow a reload), or as they are after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        active = _get(base, "/api/v1/targets?state=active", timeout)["activeTargets"]
+        mine: list[dict[str, Any]] = [t for t in active if t["labels"].get("job") in targets.JOBS]
+        found = {_key(t["labels"].get("job"), t["labels"]) for t in mine}
+        settled = expected <= found and all(t.get("health") != "unknown" for t in mine)
+        if settled or time.monotonic() > deadline:
+            return mine
+        time.sleep(1.0)
 
 
 def _key(job: Any, labels: Mapping[str, Any]) -> tuple[Any, Any, Any]:

@@ -1,0 +1,64 @@
+"""The figures an operator reads about each service, as one definition: `acceldeploy top`'s
+columns, `acceldeploy report`'s plots and the Grafana dashboards' panels all come from
+FIGURES, and each query is PromQL over the series the monitor scrapes (vLLM's /metrics, the
+memory unit's textfile series) or the recording rules of monitor/rules.py.
+
+Every query keeps the `host` and `service` labels, so one series is one service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from acceldeploy.monitor import rules
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    title: str
+    # PromQL: one series per (host, service)
+    query: str
+    # how it reads: count, ratio (0..1), per_second, seconds, bytes
+    unit: str
+    # the vLLM series it comes from, when `top` reads /metrics directly (no Prometheus):
+    # a gauge read as is, or a counter turned into a rate
+    metric: str = ""
+    counter: bool = False
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("up", "Serving", 'up{job="vllm"}', "count"),
+    Figure("running", "Running requests", 'vllm:num_requests_running{job="vllm"}', "count",
+           metric="vllm:num_requests_running"),
+    Figure("waiting", "Waiting requests", 'vllm:num_requests_waiting{job="vllm"}', "count",
+           metric="vllm:num_requests_waiting"),
+    Figure("kv_cache", "KV cache used", 'vllm:kv_cache_usage_perc{job="vllm"}', "ratio",
+           metric="vllm:kv_cache_usage_perc"),
+    Figure("requests", "Requests served", "acceldeploy:requests:rate1m", "per_second",
+           metric="vllm:request_success_total", counter=True),
+    Figure("tokens", "Generated tokens", "acceldeploy:generation_tokens:rate1m", "per_second",
+           metric="vllm:generation_tokens_total", counter=True),
+    Figure("ttft_p99", "p99 time to first token", "acceldeploy:ttft_seconds:p99_5m", "seconds"),
+    Figure("memory", "Process tree memory (PSS)", f'{rules.SERVICE_MEMORY}{{source="pss"}}',
+           "bytes"),
+)  # fmt: skip
+
+BY_KEY = {f.key: f for f in FIGURES}
+
+
+def text(value: float | None, unit: str) -> str:
+    """A figure as a person reads it: 3, 42%, 12.5/s, 180 ms, 1.2 GiB; "-" when missing."""
+    if value is None or value != value:  # NaN: a quantile of no requests
+        return "-"
+    if unit == "ratio":
+        return f"{value * 100:.0f}%"
+    if unit == "per_second":
+        return f"{value:.1f}/s"
+    if unit == "seconds":
+        return f"{value * 1000:.0f} ms" if value < 10 else f"{value:.1f} s"
+    if unit == "bytes":
+        for size, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+            if abs(value) >= size:
+                return f"{value / size:.1f} {suffix}"
+        return f"{value:.0f} B"
+    return f"{value:g}"
