@@ -24,7 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +48,15 @@ METRICS = {
 }
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """The series of METRICS from a Prometheus exposition, summed over their labels."""
+def parse_metrics(text: str, wanted: Mapping[str, str] = METRICS) -> dict[str, float]:
+    """The series of `wanted` ({series: key}) from a Prometheus exposition, summed over their
+    labels."""
     found: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        key = METRICS.get(name)
+        key = wanted.get(name)
         if key is None:
             continue
         try:

@@ -1,0 +1,90 @@
+"""`acceldeploy top`'s readings (acceldeploy.monitor.top): from vLLM 0.12's own /metrics
+(recorded on the lab), where two readings make a rate; and from a real Prometheus holding a
+backfilled quarter hour of two services, one of them leaking and one down."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+from promserver import needs_prometheus, openmetrics, prometheus
+
+from acceldeploy.monitor import top
+from acceldeploy.monitor.prometheus import Api
+
+METRICS = (Path(__file__).parents[1] / "data/recorded/vllm-0.12.0-cpu-metrics.txt").read_text()
+LAB1, LAB2 = ("lab1", "qwen3-vl"), ("lab2", "qwen3-vl")
+
+
+def later(text: str) -> str:
+    """The same exposition 10 requests and 100 tokens later."""
+    return (
+        text.replace('finished_reason="length",model_name="qwen3-vl"} 88.0',
+                     'finished_reason="length",model_name="qwen3-vl"} 98.0')
+        .replace('vllm:generation_tokens_total{engine="0",model_name="qwen3-vl"} 1407.0',
+                 'vllm:generation_tokens_total{engine="0",model_name="qwen3-vl"} 1507.0')
+    )  # fmt: skip
+
+
+def cells(snap: top.Snapshot) -> dict[top.Key, dict[str, str]]:
+    return {(r[0], r[1]): dict(zip(top.HEADERS[2:], r[2:], strict=True)) for r in top.rows(snap)}
+
+
+def test_direct_readings_turn_counters_into_rates_and_name_a_silent_service_down() -> None:
+    first = top.from_metrics({LAB1: METRICS, LAB2: None}, None, at=100.0)
+    assert cells(first)[LAB1]["Requests served"] == "-"  # one reading: no rate yet
+    second = top.from_metrics({LAB1: later(METRICS), LAB2: None}, first, at=102.0)
+    row = cells(second)[LAB1]
+    assert row["state"] == "serving"
+    assert (row["Requests served"], row["Generated tokens"]) == ("5.0/s", "50.0/s")
+    assert (row["Running requests"], row["KV cache used"]) == ("0", "0%")
+    assert row["Process tree memory (PSS)"] == "-"  # memory needs the monitor
+    assert cells(second)[LAB2]["state"] == "DOWN"
+
+
+def series(now: float) -> str:
+    rows = []
+    for i in range(0, 900, 15):
+        at = now - 900 + i
+        for host, memory in (
+            ("lab1", 2**30 + i // 15 * 2**20),
+            ("lab2", 2**30),
+        ):  # lab1: +4 MiB/min
+            labels = {"host": host, "service": "qwen3-vl"}
+            rows.append(
+                ("acceldeploy_service_memory_bytes", {**labels, "source": "pss"}, at, memory)
+            )
+            rows.append(("acceldeploy:requests:rate1m", labels, at, 2.5))
+            rows.append(("vllm:num_requests_running", {**labels, "job": "vllm"}, at, 3))
+            rows.append(("vllm:kv_cache_usage_perc", {**labels, "job": "vllm"}, at, 0.42))
+            rows.append(("up", {**labels, "job": "vllm"}, at, 1 if host == "lab1" else 0))
+    return openmetrics(rows)
+
+
+@needs_prometheus
+def test_prometheus_readings_show_each_service_its_trend_and_its_alerts(tmp_path: Path) -> None:
+    now = time.time()
+    alerts = [{"state": "firing", "labels": {"alertname": "VllmServiceDown", **dict(zip(("host", "service"), LAB2, strict=True))}},
+              {"state": "pending", "labels": {"alertname": "ScrapeFailing", "host": "lab2", "job": "node"}},
+              {"state": "inactive", "labels": {"alertname": "VllmKvCacheFull", "host": "lab1", "service": "qwen3-vl"}}]  # fmt: skip
+    with prometheus(tmp_path, series(now)) as base:
+        snap = top.from_prometheus(Api(base).query, alerts, [LAB1, LAB2, ("lab9", "other")], now)
+    table = cells(snap)
+    one, two = table[LAB1], table[LAB2]
+    assert (one["state"], two["state"]) == ("serving", "DOWN")
+    assert (one["Running requests"], one["KV cache used"], one["Requests served"]) == (
+        "3",
+        "42%",
+        "2.5/s",
+    )
+    assert one["Process tree memory (PSS)"].endswith("GiB")
+    assert one["memory trend (15m)"] == "+240.0 MiB/h"
+    assert two["memory trend (15m)"] == "flat"
+    assert (one["alerts"], two["alerts"]) == ("", "VllmServiceDown, ScrapeFailing (pending)")
+    assert table[("lab9", "other")]["state"] == "-"  # expected, never scraped
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=250).print(top.table(snap, "acceldeploy top"))
+    assert "lab2" in out.getvalue() and "VllmServiceDown" in out.getvalue()

@@ -1,0 +1,126 @@
+"""`acceldeploy top`: every service's live figures in one table (monitor/figures.py), with its
+memory trend and the alerts about it. The figures come from the monitor's Prometheus, or,
+where there is none, from each service's /metrics read directly (two readings make a rate;
+p99 TTFT and memory need the monitor)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from acceldeploy.bench.driver import parse_metrics
+from acceldeploy.monitor import figures, rules
+from acceldeploy.monitor.figures import FIGURES
+
+Key = tuple[str, str]  # (host, service)
+COLUMNS = ("running", "waiting", "kv_cache", "requests", "tokens", "ttft_p99", "memory")
+# the memory trend: its slope over this window, per hour
+TREND_WINDOW = "15m"
+TREND_QUERY = f"deriv({figures.BY_KEY['memory'].query}[{TREND_WINDOW}]) * 3600"
+GROWTH_ALERTS = ("ServiceMemoryGrowing",)
+
+
+@dataclass
+class Snapshot:
+    """One reading of the fleet: figures per service, alerts per host (and service)."""
+
+    values: dict[Key, dict[str, float]] = field(default_factory=dict)
+    alerts: dict[Key, list[str]] = field(default_factory=dict)
+    source: str = ""
+    at: float = 0.0
+
+
+def _series_key(labels: Mapping[str, Any]) -> Key:
+    return str(labels.get("host", "?")), str(labels.get("service", ""))
+
+
+def from_prometheus(
+    query: Any, alerts: list[dict[str, Any]], expected: list[Key], at: float
+) -> Snapshot:
+    """`query(promql)` -> Prometheus's instant vector; `alerts`: its /api/v1/alerts."""
+    snap = Snapshot(values={k: {} for k in expected}, source="prometheus", at=at)
+    for figure in (*FIGURES, figures.Figure("trend", "", TREND_QUERY, "bytes")):
+        for series in query(figure.query):
+            key = _series_key(series["metric"])
+            snap.values.setdefault(key, {})[figure.key] = float(series["value"][1])
+    for alert in alerts:
+        if alert.get("state") not in ("firing", "pending"):
+            continue
+        labels = alert.get("labels", {})
+        key = _series_key(labels)
+        name = str(labels.get("alertname", "?"))
+        snap.alerts.setdefault(key, []).append(
+            name if alert["state"] == "firing" else f"{name} (pending)"
+        )
+    return snap
+
+
+WANTED = {f.metric: f.key for f in FIGURES if f.metric}
+
+
+def from_metrics(texts: Mapping[Key, str | None], previous: Snapshot | None, at: float) -> Snapshot:
+    """Each service's /metrics text (None: it did not answer); counters become rates against
+    the previous reading."""
+    snap = Snapshot(source="/metrics", at=at)
+    for key, text in texts.items():
+        if text is None:
+            snap.values[key] = {"up": 0.0}
+            continue
+        read = parse_metrics(text, WANTED)
+        values = {"up": 1.0}
+        for figure in FIGURES:
+            if figure.key not in read:
+                continue
+            if not figure.counter:
+                values[figure.key] = read[figure.key]
+                continue
+            values[f"{figure.key}_total"] = read[figure.key]
+            before = previous.values.get(key, {}) if previous else {}
+            if f"{figure.key}_total" in before and previous and at > previous.at:
+                delta = read[figure.key] - before[f"{figure.key}_total"]
+                values[figure.key] = max(delta, 0.0) / (at - previous.at)
+        snap.values[key] = values
+    return snap
+
+
+def rows(snap: Snapshot) -> list[list[str]]:
+    """The table's cells: host, service, state, COLUMNS..., trend, alerts."""
+    out = []
+    for key in sorted(snap.values):
+        host, service = key
+        values = snap.values[key]
+        state = "-" if "up" not in values else ("serving" if values["up"] >= 1 else "DOWN")
+        cells = [figures.text(values.get(c), figures.BY_KEY[c].unit) for c in COLUMNS]
+        alerts = [*snap.alerts.get(key, []), *snap.alerts.get((host, ""), [])]
+        out.append(
+            [host, service, state, *cells, trend(values.get("trend"), alerts), ", ".join(alerts)]
+        )
+    return out
+
+
+def trend(per_hour: float | None, alerts: list[str]) -> str:
+    if any(a.split(" ")[0] in GROWTH_ALERTS for a in alerts):
+        return "growing"
+    if per_hour is None or per_hour != per_hour:
+        return "-"
+    band = rules.BAND_DEFAULTS["process"] * rules.MIB
+    if abs(per_hour) < band / 4:
+        return "flat"
+    return f"{'+' if per_hour > 0 else '-'}{figures.text(abs(per_hour), 'bytes')}/h"
+
+
+HEADERS = ("host", "service", "state", *(figures.BY_KEY[c].title for c in COLUMNS),
+           f"memory trend ({TREND_WINDOW})", "alerts")  # fmt: skip
+
+
+def table(snap: Snapshot, title: str) -> Any:
+    from rich.table import Table
+
+    grid = Table(title=title, title_justify="left")
+    for header in HEADERS:
+        grid.add_column(header, overflow="fold")
+    for cells in rows(snap):
+        style = "bold red" if cells[2] == "DOWN" or cells[-1] else None
+        grid.add_row(*cells, style=style)
+    return grid
