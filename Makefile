@@ -52,11 +52,12 @@ collection: venv
 host-deps:
 	@command -v debootstrap >/dev/null && command -v systemd-nspawn >/dev/null && \
 	  command -v nft >/dev/null && command -v apt-ftparchive >/dev/null && \
-	  command -v haproxy >/dev/null && command -v promtool >/dev/null || \
+	  command -v haproxy >/dev/null && command -v promtool >/dev/null && \
+	  command -v tmux >/dev/null || \
 	  (apt-get update -qq && printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && \
 	   chmod 0755 /usr/sbin/policy-rc.d && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	     --no-install-recommends debootstrap systemd-container nftables apt-utils haproxy \
-	     prometheus >/dev/null; rc=$$?; rm -f /usr/sbin/policy-rc.d; \
+	     prometheus tmux >/dev/null; rc=$$?; rm -f /usr/sbin/policy-rc.d; \
 	   systemctl disable prometheus.service >/dev/null 2>&1; exit $$rc)
 
 # The lab: wheel cache, tiny model, mirror and the hosts' Debian tree prepared once into

@@ -87,6 +87,34 @@ def test_site_deploys_the_monitor_and_every_target_is_up(monitor: str) -> None:
     assert {f"scrape vllm {h}/qwen3-vl" for h in SERVING} <= scraped, scraped
 
 
+def test_top_shows_both_services_live_in_tmux(monitor: str) -> None:
+    """`acceldeploy top` in a terminal (tmux), as an operator runs it: both services, their
+    state and memory from the monitor's Prometheus; its refreshes keep the view live."""
+    session = "acceldeploy-top"
+    command = (f"env PYTHONPATH={ROOT / 'tools'} {sys.executable} -m acceldeploy.cli top "
+               f"-i {INVENTORY} --every 1")  # fmt: skip
+    subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "250", "-y", "30", command],
+                   check=True)  # fmt: skip
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+
+    try:
+        ready = wait(lambda: (s := screen()).count("serving") == 2 and "(" in s and s, 60)
+        assert ready, screen()
+        first = ready
+        again = wait(lambda: (s := screen()) != first and s, 10)  # the clock in its title moves
+        assert again, first
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+    print(again)
+    rows = [line for line in again.splitlines() if "qwen3-vl" in line]
+    assert {line.split("│")[1].strip() for line in rows} == set(SERVING), again
+    assert all("MiB" in line or "GiB" in line for line in rows), again  # memory, from the unit
+
+
 def alert_state(name: str, host: str) -> str:
     for alert in api("/api/v1/alerts")["alerts"]:
         labels = alert["labels"]
