@@ -1,0 +1,128 @@
+"""Memory growth caught while the fleet serves (make test-slow; issue 38): lab1 runs bench's
+leaking service (vLLM's --middleware keeps 4 MiB per chat), lab2 the healthy one, and both
+get the same steady load from `acceldeploy bench` (identical rounds at a fixed request rate,
+in parallel). With the growth window shortened to 1 minute (and `for:` 2 minutes, longer
+than the healthy service's caches take to fill), ServiceMemoryGrowing fires for lab1 and
+never for lab2. Then Prometheus's own figures for the lab (series, samples per second, its
+memory and disk) are measured and extrapolated to a day and to 8 hosts x 8 services."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ansible_run import run_playbook
+from labhost import INVENTORY, ROOT, lab_cli, on_host
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PROMETHEUS = "http://127.0.0.1:9090"
+LEAK_DIR = "/opt/acceldeploy-leak"
+LEAK = """
+KEPT = []
+
+async def keep(request, call_next):
+    if request.url.path.endswith("/chat/completions"):
+        KEPT.append(bytearray(b"x" * (4 << 20)))
+    return await call_next(request)
+"""
+GROWTH = {"monitor_scrape_interval": "5s", "monitor_memory_interval": 5,
+          "monitor_growth_window": "1m", "monitor_alert_for": {"growth": "2m"}}  # fmt: skip
+# identical rounds of 30 image chats at 2 requests/s: ~20 s each, ~8 minutes in all
+STEADY = {"dataset": "images", "prompts": 30, "output_len": 16, "request_rate": 2,
+          "max_concurrency": 4, "rounds": 22, "warmups": 1, "image_reuse": 0.0}  # fmt: skip
+
+
+def api(path: str, **query: str) -> Any:
+    url = f"{PROMETHEUS}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        data = json.loads(answer.read())
+    assert data["status"] == "success", data
+    return data["data"]
+
+
+def growth_states() -> dict[str, str]:
+    alerts = api("/api/v1/alerts")["alerts"]
+    return {a["labels"]["host"]: a["state"] for a in alerts
+            if a["labels"].get("alertname") == "ServiceMemoryGrowing"}  # fmt: skip
+
+
+def scalar(promql: str) -> float:
+    result = api("/api/v1/query", query=promql)["result"]
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The lab's inventory with the steady bench profile; lab1's service leaking."""
+    tmp = tmp_path_factory.mktemp("growth")
+    lab_cli("up", "--hosts", "2", "--monitors", "1")
+    shutil.copy(INVENTORY, tmp / INVENTORY.name)
+    shutil.copytree(INVENTORY.parent / "group_vars", tmp / "group_vars")
+    group_file = tmp / "group_vars/all.yml"
+    group = yaml.safe_load(group_file.read_text())
+    group["acceldeploy_bench_profiles"] = {"steady": STEADY}
+    group.update(GROWTH)
+    group_file.write_text(yaml.safe_dump(group, sort_keys=False))
+    (spec,) = group["acceldeploy_services"]
+    leaking = {**spec, "env": {**spec["env"], "PYTHONPATH": LEAK_DIR},
+               "extra_args": {"middleware": "acceldeploy_leak.keep"}}  # fmt: skip
+    (tmp / "host_vars").mkdir()
+    (tmp / "host_vars/lab1.yml").write_text(yaml.safe_dump({"acceldeploy_services": [leaking]}))
+    on_host(
+        "lab1",
+        f"install -d -m 0755 {LEAK_DIR} && cat > {LEAK_DIR}/acceldeploy_leak.py <<'EOF'{LEAK}EOF",
+    )
+    try:
+        yield tmp / INVENTORY.name
+    finally:
+        on_host("lab1", f"rm -rf {LEAK_DIR}", check=False)
+        lab_cli("down", "--host", "lab3")
+
+
+def test_the_leaking_service_fires_the_growth_alert_and_the_healthy_one_does_not(
+    inventory: Path, tmp_path: Path
+) -> None:
+    site = run_playbook("site.yml", inventory, timeout=3000)
+    assert site.ok, site.output[-4000:]
+    began = time.monotonic()
+    load = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools/bench.py"), "-i", str(inventory), "--profile", "steady",
+         "--limit", "lab1,lab2", "--out", str(tmp_path / "bench")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen: dict[str, dict[str, float]] = {"lab1": {}, "lab2": {}}
+    while load.poll() is None:
+        for host, state in growth_states().items():
+            seen[host].setdefault(state, time.monotonic() - began)
+        time.sleep(5)
+    output = load.stdout.read() if load.stdout else ""
+    assert load.returncode in (0, 1), output[-3000:]  # 1: a service judged growing
+    print(f"growth alert, from the load's start: {seen}")
+    assert "firing" in seen["lab1"], (seen, output[-3000:])
+    assert "firing" not in seen["lab2"], (seen, output[-3000:])
+    # bench, over the same rounds, says the same of each (its verdict: growing or bounded)
+    (run,) = (p for p in (tmp_path / "bench").iterdir() if p.is_dir())
+    summary = json.loads((run / "summary.json").read_text())
+    verdicts = {s["host"]: s["verdict"]["state"] for s in summary["services"]}
+    assert verdicts == {"lab1": "growing", "lab2": "bounded"}, (verdicts, output[-3000:])
+    figures = {
+        "series": scalar("prometheus_tsdb_head_series"),
+        "samples_per_s": scalar("rate(prometheus_tsdb_head_samples_appended_total[5m])"),
+        "rss_bytes": scalar('process_resident_memory_bytes{job="prometheus"}'),
+        "disk_bytes": float(on_host("lab3", "du -sb /var/lib/prometheus | cut -f1")),
+        "minutes": (time.monotonic() - began) / 60,
+    }
+    print(f"Prometheus on the lab (2 hosts x 1 service + the monitor): {figures}")
+    back = run_playbook("playbooks/serve.yml", INVENTORY, limit="lab1", timeout=1800)
+    assert back.ok, back.output[-4000:]
