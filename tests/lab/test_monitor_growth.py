@@ -116,13 +116,30 @@ def test_the_leaking_service_fires_the_growth_alert_and_the_healthy_one_does_not
     summary = json.loads((run / "summary.json").read_text())
     verdicts = {s["host"]: s["verdict"]["state"] for s in summary["services"]}
     assert verdicts == {"lab1": "growing", "lab2": "bounded"}, (verdicts, output[-3000:])
-    figures = {
-        "series": scalar("prometheus_tsdb_head_series"),
-        "samples_per_s": scalar("rate(prometheus_tsdb_head_samples_appended_total[5m])"),
-        "rss_bytes": scalar('process_resident_memory_bytes{job="prometheus"}'),
-        "disk_bytes": float(on_host("lab3", "du -sb /var/lib/prometheus | cut -f1")),
-        "minutes": (time.monotonic() - began) / 60,
-    }
-    print(f"Prometheus on the lab (2 hosts x 1 service + the monitor): {figures}")
+    print(prometheus_figures(time.monotonic() - began))
     back = run_playbook("playbooks/serve.yml", INVENTORY, limit="lab1", timeout=1800)
     assert back.ok, back.output[-4000:]
+
+
+def prometheus_figures(seconds: float) -> str:
+    """Prometheus's own size on the lab, and scaled: a day at the measured sample rate (at the
+    1-2 bytes a sample its storage docs give), and 8 hosts x 8 services from the lab's series
+    per host and per service (memory scaled with the series: an upper bound)."""
+    series = {job: scalar(f'count({{job="{job}"}})') for job in ("vllm", "node", "prometheus")}
+    rate = scalar("rate(prometheus_tsdb_head_samples_appended_total[5m])")
+    rss = scalar('process_resident_memory_bytes{job="prometheus"}')
+    disk = float(on_host("lab3", "du -sb /var/lib/prometheus | cut -f1"))
+    per_service, per_host = series["vllm"] / 2, series["node"] / 3
+    lab = sum(series.values())
+    fleet = 64 * per_service + 8 * per_host + series["prometheus"]
+    per_sample = rate / lab  # samples a second per series
+    mib = 2**20
+    return (
+        f"Prometheus on the lab after {seconds / 60:.0f} min: {lab:.0f} series "
+        f"({per_service:.0f} per service, {per_host:.0f} per host), {rate:.0f} samples/s, "
+        f"RSS {rss / mib:.0f} MiB, disk {disk / mib:.1f} MiB; a day: "
+        f"{rate * 86400 / mib:.0f}-{2 * rate * 86400 / mib:.0f} MiB. 8 hosts x 8 services: "
+        f"{fleet:.0f} series, {fleet * per_sample:.0f} samples/s, a day "
+        f"{fleet * per_sample * 86400 / mib:.0f}-{2 * fleet * per_sample * 86400 / mib:.0f} MiB, "
+        f"RSS <= {rss * fleet / lab / mib:.0f} MiB"
+    )
