@@ -10,8 +10,8 @@ from pathlib import Path
 
 from promserver import needs_prometheus, openmetrics, prometheus
 
-from acceldeploy.monitor import top
-from acceldeploy.monitor.prometheus import Api
+from acceldeploy.monitor.promapi import Api
+from acceldeploy.watch import top
 
 METRICS = (Path(__file__).parents[1] / "data/recorded/vllm-0.12.0-cpu-metrics.txt").read_text()
 LAB1, LAB2 = ("lab1", "qwen3-vl"), ("lab2", "qwen3-vl")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from promserver import needs_prometheus, prometheus
 
+from acceldeploy.monitor.promapi import Api
 from acceldeploy.verify import monitor
 
 pytestmark = needs_prometheus
@@ -18,7 +19,7 @@ HERE = ("node", "here", None)
 
 def test_a_target_not_scraped_yet_is_waited_for_not_failed(tmp_path: Path) -> None:
     with prometheus(tmp_path, scrape={"node": {"host": "here"}}) as base:
-        active = monitor.scraped(base, timeout=5, within=30, expected={HERE})
+        active = monitor.scraped(Api(base, 5), within=30, expected={HERE})
     assert [(t["labels"]["host"], t["health"]) for t in active] == [("here", "up")], active
     (check,) = monitor.target_checks("lab3", active)
     assert (check.name, check.status) == ("scrape node here", "pass")
@@ -27,5 +28,5 @@ def test_a_target_not_scraped_yet_is_waited_for_not_failed(tmp_path: Path) -> No
 def test_within_bounds_the_wait(tmp_path: Path) -> None:
     with prometheus(tmp_path, scrape={"node": {"host": "here"}}) as base:
         began = time.monotonic()
-        monitor.scraped(base, timeout=5, within=0, expected={HERE, ("vllm", "there", "x")})
+        monitor.scraped(Api(base, 5), within=0, expected={HERE, ("vllm", "there", "x")})
         assert time.monotonic() - began < 5

@@ -17,9 +17,11 @@ from acceldeploy.cli.common import Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups
 from acceldeploy.inventory.hostvars import hosts_vars
-from acceldeploy.monitor import prometheus, targets, top
+from acceldeploy.monitor import targets
+from acceldeploy.monitor.promapi import Api
 from acceldeploy.serving.hostplan import host_plan
 from acceldeploy.verify.remote import reach, tunnel
+from acceldeploy.watch import prometheus, top
 
 
 def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
@@ -69,7 +71,7 @@ def _expected(every: Mapping[str, Any], chosen: Mapping[str, Any]) -> list[top.K
     return [(k["host"], k["service"]) for k in keys if k["host"] in chosen]
 
 
-def _from_prometheus(api: prometheus.Api, expected: list[top.Key]) -> Callable[[], top.Snapshot]:
+def _from_prometheus(api: Api, expected: list[top.Key]) -> Callable[[], top.Snapshot]:
     def read() -> top.Snapshot:
         return top.from_prometheus(api.query, api.alerts(), expected, time.time())
 
@@ -96,9 +98,7 @@ def _bases(stack: contextlib.ExitStack, chosen: Mapping[str, Any]) -> dict[top.K
     return bases
 
 
-def _from_metrics(
-    stack: contextlib.ExitStack, bases: dict[top.Key, str]
-) -> Callable[[], top.Snapshot]:
+def _from_metrics(bases: dict[top.Key, str]) -> Callable[[], top.Snapshot]:
     previous: list[top.Snapshot] = []
 
     def read() -> top.Snapshot:

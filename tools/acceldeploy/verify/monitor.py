@@ -4,15 +4,14 @@ names the command to run next)."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import roledefaults
 from acceldeploy.monitor import rules, targets
+from acceldeploy.monitor.promapi import Api
 from acceldeploy.serving.service import on_host
 from acceldeploy.verify.model import Check, Status
 from acceldeploy.verify.remote import forward, reach
@@ -58,14 +57,6 @@ def alert_checks(monitor: str, alerts: list[dict[str, Any]]) -> list[Check]:
     return checks
 
 
-def _get(base: str, path: str, timeout: float) -> Any:
-    with urllib.request.urlopen(base + path, timeout=timeout) as answer:
-        data = json.loads(answer.read())
-    if data.get("status") != "success":
-        raise AcceldeployError(f"{path}: {data.get('error', data)}")
-    return data["data"]
-
-
 def check_monitor(
     hostname: str,
     hostvars: Mapping[str, Any],
@@ -87,8 +78,9 @@ def check_monitor(
     port = int(roledefaults.value(hostvars, "monitor_prometheus_port"))
     try:
         with forward(conn, on_host(bind), port) as base:
-            mine = scraped(base, timeout, 2 * interval + timeout, set(wanted))
-            alerts = _get(base, "/api/v1/alerts", timeout)["alerts"]
+            api = Api(base, timeout)
+            mine = scraped(api, 2 * interval + timeout, set(wanted))
+            alerts = api.alerts()
     except Exception as exc:
         return [*checks, Check(hostname, "prometheus", "fail", f"{type(exc).__name__}: {exc}",
                                f"on {hostname}: systemctl status prometheus")]  # fmt: skip
@@ -103,15 +95,13 @@ def check_monitor(
     return [*checks, *target_checks(hostname, mine), *alert_checks(hostname, alerts)]
 
 
-def scraped(
-    base: str, timeout: float, within: float, expected: set[tuple[Any, Any, Any]]
-) -> list[dict[str, Any]]:
+def scraped(api: Api, within: float, expected: set[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     """The project's active targets once every expected one is there and none is still
     "unknown" (not scraped since Prometheus started or reloaded its config: discovery and the
     first scrape follow a reload), or as they are after `within` seconds."""
     deadline = time.monotonic() + within
     while True:
-        active = _get(base, "/api/v1/targets?state=active", timeout)["activeTargets"]
+        active = api.targets()
         mine: list[dict[str, Any]] = [t for t in active if t["labels"].get("job") in targets.JOBS]
         found = {_key(t["labels"].get("job"), t["labels"]) for t in mine}
         settled = expected <= found and all(t.get("health") != "unknown" for t in mine)
