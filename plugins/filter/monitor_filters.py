@@ -1,6 +1,6 @@
 """Ansible adapter over acceldeploy.monitor (tools/acceldeploy/monitor/): the monitor role's
-scrape targets and rules, from the inventory, checked on the controller before any host is
-touched."""
+scrape targets, rules and Grafana dashboards, from the inventory, checked on the controller
+before any host is touched."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.inventory.ansible_adapter import filters, plain
-from acceldeploy.monitor import rules, targets
+from acceldeploy.monitor import dashboards, rules, targets
 
 
 def monitor_host_view(hostvars: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,6 +33,14 @@ def monitor_rules(settings: Mapping[str, Any]) -> dict[str, Any]:
     return rules.document(rules.settings(plain(dict(settings))))
 
 
+def monitor_dashboards(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The same settings as monitor_rules | monitor_dashboards: {file name: the dashboard's
+    JSON text}, the same bytes `acceldeploy dashboards` writes."""
+    return dashboards.files(rules.settings(plain(dict(settings))))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return filters(monitor_host_view, monitor_file_sd, monitor_units, monitor_rules)
+        return filters(
+            monitor_host_view, monitor_file_sd, monitor_units, monitor_rules, monitor_dashboards
+        )

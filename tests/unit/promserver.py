@@ -90,8 +90,10 @@ def prometheus(
         proc.wait(timeout=30)
 
 
-def query(base: str, promql: str) -> list[dict[str, Any]]:
-    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+def query(base: str, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+    """An instant query's result, now or `at` (unix seconds: within a backfilled history)."""
+    params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
+    url = f"{base}/api/v1/query?{urllib.parse.urlencode(params)}"
     with urllib.request.urlopen(url, timeout=10) as answer:
         data = json.loads(answer.read())
     assert data["status"] == "success", data

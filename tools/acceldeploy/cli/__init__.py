@@ -32,7 +32,16 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.secrets import mask
 
 # The subcommands, in the order `acceldeploy --help` lists them.
-COMMANDS: tuple[str, ...] = ("plan", "verify", "bench", "tune", "top", "bundle", "lab")
+COMMANDS: tuple[str, ...] = (
+    "plan",
+    "verify",
+    "bench",
+    "tune",
+    "top",
+    "dashboards",
+    "bundle",
+    "lab",
+)
 
 DESCRIPTION = (
     "Deploy, check and measure vLLM services on Ascend, Gaudi and CPU hosts. The playbooks "
