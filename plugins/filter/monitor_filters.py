@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.inventory.ansible_adapter import filters, plain
-from acceldeploy.monitor import dashboards, rules, targets
+from acceldeploy.monitor import dashboards, device_exporters, rules, targets
 
 
 def monitor_host_view(hostvars: Mapping[str, Any]) -> dict[str, Any]:
@@ -39,8 +39,28 @@ def monitor_dashboards(settings: Mapping[str, Any]) -> dict[str, str]:
     return dashboards.files(rules.settings(plain(dict(settings))))
 
 
+def monitor_device_exporter(view: Mapping[str, Any], host: str) -> dict[str, Any]:
+    """hostvars[h] | monitor_host_view | monitor_device_exporter(h): the host's device exporter
+    and how it runs ({'exporter': ''} for none), its inputs checked."""
+    return device_exporters.plan(str(host), plain(dict(view)))
+
+
+def monitor_device_exporter_unit(
+    planned: Mapping[str, Any], scrapers: list[str], device_nodes: list[str]
+) -> dict[str, Any]:
+    """plan | monitor_device_exporter_unit(monitors' addresses, device nodes found): the
+    directives of its unit that depend on the host."""
+    return device_exporters.unit(plain(dict(planned)), plain(scrapers), plain(device_nodes))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
-            monitor_host_view, monitor_file_sd, monitor_units, monitor_rules, monitor_dashboards
+            monitor_host_view,
+            monitor_file_sd,
+            monitor_units,
+            monitor_rules,
+            monitor_dashboards,
+            monitor_device_exporter,
+            monitor_device_exporter_unit,
         )

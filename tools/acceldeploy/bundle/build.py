@@ -47,6 +47,13 @@ REFERENCES: tuple[tuple[str, str, str, str], ...] = (
     ("ascend", "ascend_runtime_cann_toolkit_package", "ascend_runtime_cann_checksums", "toolkit"),
     ("ascend", "ascend_runtime_cann_kernels_package", "ascend_runtime_cann_checksums", "kernels"),
     ("ascend", "ascend_runtime_cann_nnal_package", "ascend_runtime_cann_checksums", "nnal"),
+    ("ascend", "monitor_npu_exporter_package", "monitor_npu_exporter_checksum", ""),
+    (
+        "gaudi",
+        "monitor_gaudi_exporter_image_tarball",
+        "monitor_gaudi_exporter_image_tarball_checksum",
+        "",
+    ),
 )
 
 

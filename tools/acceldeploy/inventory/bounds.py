@@ -68,6 +68,7 @@ BOUNDS: dict[str, Bound] = {
     "monitor_npu_exporter_port": Bound(1, 65535, "a TCP port"),
     "monitor_gaudi_exporter_port": Bound(1, 65535, "a TCP port"),
     "monitor_memory_interval": Bound(1, 3600, "seconds"),
+    "monitor_npu_exporter_update_time": Bound(1, 60, "seconds, npu-exporter's -updateTime"),
     "monitor_kv_cache_high": Bound(0.01, 1, "a share of the KV cache", whole=False),
 }
 WHOLE = re.compile(r"\s*-?\d+\s*")

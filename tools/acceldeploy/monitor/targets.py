@@ -4,8 +4,8 @@
 - ``node``: node exporter on every host (its systemd collector and the services' memory from
   the textfile collector);
 - ``ray``: each node of a multi-node group, on its Ray metrics port;
-- ``npu`` / ``gaudi``: the vendor's device exporter on Ascend / Gaudi hosts, when the inventory
-  says it runs there (``monitor_device_exporters``).
+- ``npu`` / ``gaudi``: the vendor's device exporter on Ascend / Gaudi hosts, where the role
+  deploys it (device_exporters.py) or the inventory says it runs (``monitor_device_exporters``).
 
 Every target is labelled with its inventory host (and service), so alerts and pictures name
 what the operator knows. A mistake is refused here, naming the variable, before any host is
@@ -20,6 +20,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups, roledefaults
+from acceldeploy.monitor import device_exporters
 from acceldeploy.serving import cluster
 from acceldeploy.serving.raynode import metrics_port
 from acceldeploy.serving.service import parse_services, reached_by
@@ -80,7 +81,8 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
         here = address(host, hv)
         found.append(Target("node", here, node_exporter_port(hv), (("host", host),)))
         platform = str(hv.get("acceldeploy_platform") or "")
-        if platform in DEVICE_JOBS and roledefaults.value(hv, "monitor_device_exporters"):
+        device_exporters.plan(host, hv)  # its inputs refused here too, in preflight
+        if platform in DEVICE_JOBS and device_exporters.scraped(hv):
             job, var = DEVICE_JOBS[platform]
             port = int(roledefaults.value(hv, var))
             found.append(Target(job, here, port, (("host", host),)))
@@ -98,7 +100,8 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
 
 VIEW_KEYS = ("group_names", "ansible_host", cluster.NODE_IP_VAR, "acceldeploy_platform",
              "acceldeploy_services", "monitor_node_exporter_port", "monitor_device_exporters",
-             "monitor_npu_exporter_port", "monitor_gaudi_exporter_port")  # fmt: skip
+             "monitor_npu_exporter_port", "monitor_gaudi_exporter_port",
+             *device_exporters.VIEW_KEYS)  # fmt: skip
 
 
 def host_view(hostvars: Mapping[str, Any]) -> dict[str, Any]:
