@@ -115,6 +115,22 @@ def test_top_shows_both_services_live_in_tmux(monitor: str) -> None:
     assert all("MiB" in line or "GiB" in line for line in rows), again  # memory, from the unit
 
 
+def test_every_dashboard_query_returns_the_labs_series(monitor: str) -> None:
+    """The Grafana dashboards' queries (monitor/dashboards.py) on the lab's real Prometheus: each
+    parses and, but for the alerts' (none fires on a healthy lab), returns data for both
+    services. The recording rules' series need a few evaluations: waited for."""
+    from acceldeploy.monitor import dashboards, rules
+
+    missing: list[str] = []
+    for name, board in dashboards.build(rules.settings({})).items():
+        for query in dashboards.panel_queries(board):
+            if "ALERTS" in query:
+                api("/api/v1/query", query=query)  # parses
+            elif not wait(lambda q=query: api("/api/v1/query", query=q)["result"], 90, 5):
+                missing.append(f"{name}: {query}")
+    assert not missing, missing
+
+
 def alert_state(name: str, host: str) -> str:
     for alert in api("/api/v1/alerts")["alerts"]:
         labels = alert["labels"]
