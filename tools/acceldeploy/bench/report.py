@@ -3,13 +3,13 @@ self-contained HTML report (plots inlined)."""
 
 from __future__ import annotations
 
-import base64
 import csv
 import html
 import json
 from pathlib import Path
 from typing import Any
 
+from acceldeploy import plots
 from acceldeploy.bench import series
 from acceldeploy.bench.formatting import spread
 from acceldeploy.bench.interval import METHOD
@@ -40,15 +40,6 @@ def write_csv(samples: list[Sample], out: Path) -> None:
             )
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _shade_phases(ax: Any, samples: list[Sample], start: float) -> None:
     """Rounds shaded, every other phase boundary a dotted line with its name."""
     spans: list[tuple[str, float, float]] = []
@@ -69,7 +60,7 @@ def _shade_phases(ax: Any, samples: list[Sample], start: float) -> None:
 
 
 def plot_memory(samples: list[Sample], title: str, path: Path) -> None:
-    plt = _pyplot()
+    plt = plots.pyplot()
     fig, ax = plt.subplots(figsize=(9, 4))
     start = samples[0].t if samples else 0.0
     for device in series.devices_of(samples):
@@ -86,7 +77,7 @@ def plot_memory(samples: list[Sample], title: str, path: Path) -> None:
 
 
 def plot_metrics(samples: list[Sample], title: str, path: Path) -> None:
-    plt = _pyplot()
+    plt = plots.pyplot()
     fig, (kv, queue) = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
     start = samples[0].t if samples else 0.0
     with_metrics = [s for s in samples if s.metrics]
@@ -117,7 +108,7 @@ def point_rows(points: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]
 
 def plot_points(points: list[dict[str, Any]], title: str, path: Path) -> None:
     """Throughput and latency percentiles per rate (per round when there is one rate)."""
-    plt = _pyplot()
+    plt = plots.pyplot()
     fig, (tput, lat) = plt.subplots(1, 2, figsize=(10, 4))
     rows = point_rows(points)
     labels = [label for label, _ in rows]
@@ -147,11 +138,6 @@ def render_service(samples: list[Sample], summary: dict[str, Any], out: Path) ->
     return pngs
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
-
-
 def figures_line(service: dict[str, Any]) -> str | None:
     """`lab1/qwen3-vl: 4.02 [3.91, 4.13] req/s, p99 TTFT ...`: a single-rate run's figures
     across its rounds (None for a rate sweep: its rates are in sla.json and the plots)."""
@@ -166,10 +152,7 @@ def figures_line(service: dict[str, Any]) -> str | None:
 
 def write_html(run: dict[str, Any], run_dir: Path) -> Path:
     parts = [
-        "<!doctype html><meta charset=utf-8><title>acceldeploy bench</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
-        "td,th{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}"
-        "img{max-width:100%}</style>",
+        *plots.head("acceldeploy bench"),
         f"<h1>Bench {html.escape(run['run'])}: profile {html.escape(run['profile']['name'])}</h1>",
         f"<p>Figures: the median of the rounds [{METHOD}].</p>",
         "<table><tr><th>host</th><th>service</th><th>verdict</th><th>req/s</th>"
@@ -197,8 +180,8 @@ def write_html(run: dict[str, Any], run_dir: Path) -> Path:
             f"<p>{html.escape(' '.join(d['reason'] for d in s['verdict']['devices']))}</p>"
         )
         parts.append(f"<p>{html.escape(s['verdict']['held_by'])}</p>")
-        plots = [where / name for name in PLOTS]
-        parts += [_img(path) for path in plots if path.exists()]
+        pngs = [where / name for name in PLOTS]
+        parts += [plots.inline_png(path) for path in pngs if path.exists()]
     path = run_dir / "report.html"
     path.write_text("\n".join(parts))
     return path

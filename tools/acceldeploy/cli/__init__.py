@@ -33,20 +33,14 @@ from acceldeploy.secrets import mask
 
 # The subcommands, in the order `acceldeploy --help` lists them.
 COMMANDS: tuple[str, ...] = (
-    "plan",
-    "verify",
-    "bench",
-    "tune",
-    "top",
-    "dashboards",
-    "bundle",
-    "lab",
-)
+    "plan", "verify", "bench", "tune", "top", "report", "dashboards", "bundle", "lab"
+)  # fmt: skip
 
 DESCRIPTION = (
     "Deploy, check and measure vLLM services on Ascend, Gaudi and CPU hosts. The playbooks "
     "(site.yml) change hosts; these commands plan, verify, bench and tune what they deploy, "
-    "and run a local lab to try it all on. `acceldeploy COMMAND --help` for each."
+    "report on it from the monitor's history, and run a local lab to try it all on. "
+    "`acceldeploy COMMAND --help` for each."
 )
 
 

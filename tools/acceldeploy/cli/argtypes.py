@@ -1,13 +1,17 @@
-"""argparse types that range-check numbers, so a CLI refuses a bad value (exit 2, the flag
-named) before it reads an inventory or contacts a host."""
+"""argparse types that range-check numbers and read times, so a CLI refuses a bad value (exit 2,
+the flag named) before it reads an inventory or contacts a host."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import NoReturn
 
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.monitor import rules
 from acceldeploy.secrets import mask
 
 
@@ -34,6 +38,37 @@ def bounded(
 
     parse.__name__ = kind.__name__
     return parse
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A time given on the command line: a duration back from now (`ago`) or a time (`at`)."""
+
+    ago: float = 0.0
+    at: float | None = None
+
+    def resolve(self, now: float) -> float:
+        """Unix seconds."""
+        return now - self.ago if self.at is None else self.at
+
+
+def moment(text: str) -> Moment:
+    """`now`, a duration back from now (30m, 24h, 7d) or a time, ISO 8601 (UTC unless it
+    names its zone)."""
+    if text == "now":
+        return Moment()
+    try:
+        return Moment(ago=rules.seconds(text, "time"))
+    except AcceldeployError:
+        pass
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be now, a duration back from now (30m, 24h, 7d) or a UTC time "
+            f"(2026-11-26T14:00), got {text!r}"
+        ) from None
+    return Moment(at=(at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp())
 
 
 def usage_error(prog: str, message: str) -> NoReturn:

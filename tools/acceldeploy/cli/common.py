@@ -19,22 +19,32 @@ class Parents:
     """One parent parser per shared option; a subcommand lists the ones it takes."""
 
     inventory: argparse.ArgumentParser  # -i/--inventory (required)
+    optional_inventory: argparse.ArgumentParser  # -i/--inventory, not required
     limit: argparse.ArgumentParser  # --limit (an Ansible host pattern, default all)
     json: argparse.ArgumentParser  # --json (JSON on stdout instead of a table)
 
 
-def parents() -> Parents:
-    inventory = argparse.ArgumentParser(add_help=False)
-    inventory.add_argument(
-        "-i", "--inventory", required=True, help="an Ansible inventory (file or directory)"
+def _inventory(required: bool) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument(
+        "-i", "--inventory", required=required, help="an Ansible inventory (file or directory)"
     )
+    return parser
+
+
+def parents() -> Parents:
     limit = argparse.ArgumentParser(add_help=False)
     limit.add_argument(
         "--limit", default="all", help="an Ansible host pattern (default %(default)s)"
     )
     json = argparse.ArgumentParser(add_help=False)
     json.add_argument("--json", action="store_true", help="JSON on stdout instead of a table")
-    return Parents(inventory=inventory, limit=limit, json=json)
+    return Parents(
+        inventory=_inventory(required=True),
+        optional_inventory=_inventory(required=False),
+        limit=limit,
+        json=json,
+    )
 
 
 def command(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     has_monitor = any(targets.is_monitor(hv) for hv in every.values())
     with contextlib.ExitStack() as stack:
         if has_monitor and not args.direct:
-            host = prometheus.pick_monitor(every, args.monitor)
-            api = stack.enter_context(prometheus.connect(host, every[host]))
+            host, hostvars = prometheus.pick_monitor(every, args.monitor)
+            api = stack.enter_context(prometheus.connect(host, hostvars))
             title = f"acceldeploy top: Prometheus on {host}"
             read = _from_prometheus(api, _expected(every, chosen))
         else:

@@ -101,7 +101,8 @@ def _seconds(duration: str) -> float:
     return int(duration[: -len(unit)]) * scale
 
 
-def _minutes(seconds: float) -> str:
+def minutes(seconds: float) -> str:
+    """90m, 30s: a window as the alerts' summaries and the report name it."""
     return f"{seconds / 60:g}m" if seconds >= 60 else f"{seconds:g}s"
 
 
@@ -121,7 +122,7 @@ def _growth(name: str, series: str, band_bytes: int, s: Settings, what: str) -> 
     window = s.growth_window
     seconds = _seconds(window)
     back = f"{seconds * 2:g}s"
-    then = f"from {_minutes(seconds * 3)} to {_minutes(seconds * 2)} ago"
+    then = f"from {minutes(seconds * 3)} to {minutes(seconds * 2)} ago"
     served = (
         f"sum by (host) (rate(vllm:request_success_total[{window}])) > 0"
         f" and sum by (host) (rate(vllm:request_success_total[{window}] offset {back})) > 0"

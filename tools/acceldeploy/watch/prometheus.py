@@ -18,17 +18,24 @@ from acceldeploy.verify.remote import forward, reach
 NO_MONITOR = f"no host in the {GROUP} group: add one (docs/operations/monitoring.md)"
 
 
-def pick_monitor(every: Mapping[str, Mapping[str, Any]], wanted: str | None) -> str:
-    """The monitor host to read: `wanted` (checked), else the only or first one."""
-    monitors = [h for h, hv in every.items() if is_monitor(hv)]
-    if wanted is not None:
-        if wanted not in monitors:
-            known = ", ".join(monitors) or "none"
-            raise AcceldeployError(f"--monitor {wanted}: not in the {GROUP} group ({known})")
-        return wanted
+def pick_monitor(
+    every: Mapping[str, Mapping[str, Any]], wanted: str | None
+) -> tuple[str, Mapping[str, Any]]:
+    """The monitor to read and its variables: --monitor's, else the monitors group's only host."""
+    monitors = {host: hv for host, hv in every.items() if is_monitor(hv)}
     if not monitors:
         raise AcceldeployError(NO_MONITOR)
-    return monitors[0]
+    known = ", ".join(sorted(monitors))
+    if wanted is not None:
+        if wanted not in monitors:
+            raise AcceldeployError(f"--monitor {wanted}: not in the {GROUP} group ({known})")
+        return wanted, monitors[wanted]
+    if len(monitors) > 1:
+        raise AcceldeployError(
+            f"the {GROUP} group has {len(monitors)} hosts: pick one with --monitor ({known})"
+        )
+    ((host, hv),) = monitors.items()
+    return host, hv
 
 
 @contextmanager
@@ -36,7 +43,7 @@ def connect(host: str, hostvars: Mapping[str, Any], timeout: float = 10.0) -> It
     """The monitor host's Prometheus, through an SSH tunnel, for as long as the block runs."""
     conn, reached = reach(host, dict(hostvars), timeout)
     if conn is None:
-        raise AcceldeployError(f"{host}: {reached.detail} ({reached.fix})")
+        raise AcceldeployError(f"monitor {host}: {reached.detail}; {reached.fix}")
     bind = str(roledefaults.value(hostvars, "monitor_prometheus_bind"))
     port = int(roledefaults.value(hostvars, "monitor_prometheus_port"))
     try:
