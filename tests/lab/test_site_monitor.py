@@ -9,12 +9,14 @@ Run after test_site.py (the served lab)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,6 +133,28 @@ def test_every_dashboard_query_returns_the_labs_series(monitor: str) -> None:
     assert not missing, missing
 
 
+def report_shows_the_kill_and_the_recovery(tmp_path: Path, killed_wall: float) -> None:
+    """`acceldeploy report` over the last minutes, through its SSH tunnel to lab3: lab2's `up`
+    reads 0 after the kill and 1 again at the end (the PNG shades the span), lab1's never
+    drops."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "acceldeploy.cli", "report", "-i", str(INVENTORY), "--since",
+         "5m", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "tools")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = (p for p in tmp_path.iterdir() if p.is_dir())
+    assert (run / "up.png").stat().st_size > 10_000 and (run / "index.html").is_file()
+    up = {
+        s["host"]: s["points"]
+        for s in json.loads((run / "series.json").read_text())["figures"]["up"]
+    }
+    after = [v for t, v in up["lab2"] if t > killed_wall]
+    assert 0 in after and after[-1] == 1, up["lab2"]
+    assert {v for _, v in up["lab1"]} == {1}, up["lab1"]
+    print(f"report: {run / 'up.png'}")
+
+
 def alert_state(name: str, host: str) -> str:
     for alert in api("/api/v1/alerts")["alerts"]:
         labels = alert["labels"]
@@ -139,7 +163,7 @@ def alert_state(name: str, host: str) -> str:
     return "inactive"
 
 
-def test_a_killed_service_fires_the_down_alert_which_resolves(monitor: str) -> None:
+def test_a_killed_service_fires_the_down_alert_which_resolves(monitor: str, tmp_path: Path) -> None:
     fast = run_playbook("site.yml", INVENTORY, FAST, timeout=3000)
     assert fast.ok, fast.output[-4000:]
     assert wait(lambda: set(targets_up().values()) == {"up"}, 60)
@@ -159,5 +183,8 @@ def test_a_killed_service_fires_the_down_alert_which_resolves(monitor: str) -> N
     assert alert_state("VllmServiceDown", "lab1") == "inactive"  # lab1 served throughout
     print(f"kill -> pending {pending_at - killed:.1f} s, -> firing {firing_at - killed:.1f} s "
           f"(scrape 5 s, for: 15s); start -> resolved {resolved_at - firing_at:.1f} s")  # fmt: skip
+    report_shows_the_kill_and_the_recovery(
+        tmp_path, killed_wall=time.time() - (time.monotonic() - killed)
+    )
     back = run_playbook("site.yml", INVENTORY, timeout=3000)  # the default settings again
     assert back.ok, back.output[-4000:]
