@@ -9,6 +9,7 @@ memory and disk) are measured and extrapolated to a day and to 8 hosts x 8 servi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -117,6 +118,18 @@ def test_the_leaking_service_fires_the_growth_alert_and_the_healthy_one_does_not
     verdicts = {s["host"]: s["verdict"]["state"] for s in summary["services"]}
     assert verdicts == {"lab1": "growing", "lab2": "bounded"}, (verdicts, output[-3000:])
     print(prometheus_figures(time.monotonic() - began))
+    # the report over the load says the same, from Prometheus's history (its PNGs: the docs')
+    report = subprocess.run(
+        [sys.executable, "-m", "acceldeploy.cli", "report", "-i", str(inventory), "--since",
+         f"{int(time.monotonic() - began) // 60 + 2}m", "--out", str(tmp_path / "report")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tools")},
+    )  # fmt: skip
+    assert report.returncode == 0, report.stdout + report.stderr
+    (run,) = (p for p in (tmp_path / "report").iterdir() if p.is_dir())
+    growth = json.loads((run / "series.json").read_text())["growth"]
+    assert {g["host"]: g["state"] for g in growth} == {"lab1": "growing", "lab2": "bounded"}, growth
+    print(f"report: {run}")
     back = run_playbook("playbooks/serve.yml", INVENTORY, limit="lab1", timeout=1800)
     assert back.ok, back.output[-4000:]
 
