@@ -17,6 +17,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,7 @@ def test_the_leaking_service_fires_the_growth_alert_and_the_healthy_one_does_not
             seen[host].setdefault(state, time.monotonic() - began)
         time.sleep(5)
     output = load.stdout.read() if load.stdout else ""
+    load_ended = datetime.now(UTC).isoformat(timespec="seconds")
     assert load.returncode in (0, 1), output[-3000:]  # 1: a service judged growing
     print(f"growth alert, from the load's start: {seen}")
     assert "firing" in seen["lab1"], (seen, output[-3000:])
@@ -118,10 +120,12 @@ def test_the_leaking_service_fires_the_growth_alert_and_the_healthy_one_does_not
     verdicts = {s["host"]: s["verdict"]["state"] for s in summary["services"]}
     assert verdicts == {"lab1": "growing", "lab2": "bounded"}, (verdicts, output[-3000:])
     print(prometheus_figures(time.monotonic() - began))
-    # the report over the load says the same, from Prometheus's history (its PNGs: the docs')
+    # the report up to the load's end says the same, from Prometheus's history (its PNGs: the
+    # docs' pictures)
     report = subprocess.run(
         [sys.executable, "-m", "acceldeploy.cli", "report", "-i", str(inventory), "--since",
-         f"{int(time.monotonic() - began) // 60 + 2}m", "--out", str(tmp_path / "report")],
+         f"{int(time.monotonic() - began) // 60 + 2}m", "--until", load_ended,
+         "--out", str(tmp_path / "report")],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT / "tools")},
     )  # fmt: skip
