@@ -96,8 +96,9 @@ def test_top_shows_both_services_live_in_tmux(monitor: str) -> None:
     command = (f"env PYTHONPATH={ROOT / 'tools'} {sys.executable} -m acceldeploy.cli top "
                f"-i {INVENTORY} --every 1")  # fmt: skip
     subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "250", "-y", "30", command],
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "30", command],
                    check=True)  # fmt: skip
+    subprocess.run(["tmux", "resize-window", "-t", session, "-x", "160", "-y", "30"], check=False)
 
     def screen() -> str:
         return subprocess.run(["tmux", "capture-pane", "-p", "-t", session],

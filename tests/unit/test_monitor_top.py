@@ -33,13 +33,13 @@ def cells(snap: top.Snapshot) -> dict[top.Key, dict[str, str]]:
 
 def test_direct_readings_turn_counters_into_rates_and_name_a_silent_service_down() -> None:
     first = top.from_metrics({LAB1: METRICS, LAB2: None}, None, at=100.0)
-    assert cells(first)[LAB1]["Requests served"] == "-"  # one reading: no rate yet
+    assert cells(first)[LAB1]["req/s"] == "-"  # one reading: no rate yet
     second = top.from_metrics({LAB1: later(METRICS), LAB2: None}, first, at=102.0)
     row = cells(second)[LAB1]
     assert row["state"] == "serving"
-    assert (row["Requests served"], row["Generated tokens"]) == ("5.0/s", "50.0/s")
-    assert (row["Running requests"], row["KV cache used"]) == ("0", "0%")
-    assert row["Process tree memory (PSS)"] == "-"  # memory needs the monitor
+    assert (row["req/s"], row["tok/s"]) == ("5.0/s", "50.0/s")
+    assert (row["run"], row["KV"]) == ("0", "0%")
+    assert row["memory"] == "-"  # memory needs the monitor
     assert cells(second)[LAB2]["state"] == "DOWN"
 
 
@@ -73,14 +73,14 @@ def test_prometheus_readings_show_each_service_its_trend_and_its_alerts(tmp_path
     table = cells(snap)
     one, two = table[LAB1], table[LAB2]
     assert (one["state"], two["state"]) == ("serving", "DOWN")
-    assert (one["Running requests"], one["KV cache used"], one["Requests served"]) == (
+    assert (one["run"], one["KV"], one["req/s"]) == (
         "3",
         "42%",
         "2.5/s",
     )
-    assert one["Process tree memory (PSS)"].endswith("GiB")
-    assert one["memory trend (15m)"] == "+240.0 MiB/h"
-    assert two["memory trend (15m)"] == "flat"
+    assert one["memory"].endswith("GiB")
+    assert one["trend 15m"] == "+240.0 MiB/h"
+    assert two["trend 15m"] == "flat"
     assert (one["alerts"], two["alerts"]) == ("", "VllmServiceDown, ScrapeFailing (pending)")
     assert table[("lab9", "other")]["state"] == "-"  # expected, never scraped
     from rich.console import Console

@@ -110,8 +110,11 @@ def trend(per_hour: float | None, alerts: list[str]) -> str:
     return f"{'+' if per_hour > 0 else '-'}{figures.text(abs(per_hour), 'bytes')}/h"
 
 
-HEADERS = ("host", "service", "state", *(figures.BY_KEY[c].title for c in COLUMNS),
-           f"memory trend ({TREND_WINDOW})", "alerts")  # fmt: skip
+# a terminal's width: short headers, one line per service
+SHORT = {"running": "run", "waiting": "wait", "kv_cache": "KV", "requests": "req/s",
+         "tokens": "tok/s", "ttft_p99": "TTFT p99", "memory": "memory"}  # fmt: skip
+HEADERS = ("host", "service", "state", *(SHORT[c] for c in COLUMNS), f"trend {TREND_WINDOW}",
+           "alerts")  # fmt: skip
 
 
 def table(snap: Snapshot, title: str) -> Any:
@@ -119,7 +122,7 @@ def table(snap: Snapshot, title: str) -> Any:
 
     grid = Table(title=title, title_justify="left")
     for header in HEADERS:
-        grid.add_column(header, overflow="fold")
+        grid.add_column(header, no_wrap=header != "alerts", overflow="fold")
     for cells in rows(snap):
         style = "bold red" if cells[2] == "DOWN" or cells[-1] else None
         grid.add_row(*cells, style=style)
