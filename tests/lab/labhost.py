@@ -3,11 +3,15 @@ role), the tiny model from the mirror, a transient vLLM unit."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 from ansible_run import run_playbook
 
@@ -102,3 +106,15 @@ def haproxy_servers(host: str, backend: str) -> dict[str, dict[str, str]]:
     """{server: its `show stat` row} of one backend, from HAProxy's own counters."""
     rows = server_states(haproxy(host, "show stat"))
     return {server: row for (proxy, server), row in rows.items() if proxy == backend}
+
+
+PROMETHEUS = "http://127.0.0.1:9090"  # the monitor lab3's; the shared-network lab reaches it
+
+
+def prometheus_api(path: str, **query: str) -> Any:
+    """The `data` of a Prometheus HTTP API answer from lab3."""
+    url = f"{PROMETHEUS}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        data = json.loads(answer.read())
+    assert data["status"] == "success", data
+    return data["data"]

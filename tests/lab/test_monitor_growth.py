@@ -14,21 +14,17 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from ansible_run import run_playbook
-from labhost import INVENTORY, ROOT, lab_cli, on_host
+from labhost import INVENTORY, ROOT, lab_cli, on_host, prometheus_api
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-PROMETHEUS = "http://127.0.0.1:9090"
 LEAK_DIR = "/opt/acceldeploy-leak"
 LEAK = """
 KEPT = []
@@ -45,22 +41,14 @@ STEADY = {"dataset": "images", "prompts": 30, "output_len": 16, "request_rate": 
           "max_concurrency": 4, "rounds": 22, "warmups": 1, "image_reuse": 0.0}  # fmt: skip
 
 
-def api(path: str, **query: str) -> Any:
-    url = f"{PROMETHEUS}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        data = json.loads(answer.read())
-    assert data["status"] == "success", data
-    return data["data"]
-
-
 def growth_states() -> dict[str, str]:
-    alerts = api("/api/v1/alerts")["alerts"]
+    alerts = prometheus_api("/api/v1/alerts")["alerts"]
     return {a["labels"]["host"]: a["state"] for a in alerts
             if a["labels"].get("alertname") == "ServiceMemoryGrowing"}  # fmt: skip
 
 
 def scalar(promql: str) -> float:
-    result = api("/api/v1/query", query=promql)["result"]
+    result = prometheus_api("/api/v1/query", query=promql)["result"]
     return float(result[0]["value"][1]) if result else 0.0
 
 

@@ -13,20 +13,17 @@ import os
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ansible_run import run_playbook
-from labhost import INVENTORY, ROOT, lab_cli, on_host
+from labhost import INVENTORY, ROOT, lab_cli, on_host, prometheus_api
 
 pytestmark = pytest.mark.e2e
 
 MONITOR, SERVING = "lab3", ("lab1", "lab2")
-PROMETHEUS = "http://127.0.0.1:9090"  # on lab3; the lab shares one network
 # The alert test's settings: a 5 s scrape, and down for 15 s fires.
 FAST = {"monitor_scrape_interval": "5s", "monitor_alert_for": {"down": "15s"}}
 
@@ -40,14 +37,6 @@ def monitor() -> Iterator[str]:
         lab_cli("down", "--host", MONITOR)
 
 
-def api(path: str, **query: str) -> Any:
-    url = f"{PROMETHEUS}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        data = json.loads(answer.read())
-    assert data["status"] == "success", data
-    return data["data"]
-
-
 def wait(predicate: Any, timeout: float, every: float = 1.0) -> Any:
     deadline = time.monotonic() + timeout
     while not (value := predicate()) and time.monotonic() < deadline:
@@ -56,7 +45,7 @@ def wait(predicate: Any, timeout: float, every: float = 1.0) -> Any:
 
 
 def targets_up() -> dict[tuple[str, str], str]:
-    active = api("/api/v1/targets", state="active")["activeTargets"]
+    active = prometheus_api("/api/v1/targets", state="active")["activeTargets"]
     return {(t["labels"]["job"], t["labels"]["host"]): t["health"] for t in active}
 
 
@@ -76,7 +65,7 @@ def test_site_deploys_the_monitor_and_every_target_is_up(monitor: str) -> None:
     seen = wait(lambda: (t := targets_up()) and set(t) == expected
                 and set(t.values()) == {"up"} and t, 90)  # fmt: skip
     assert seen, targets_up()
-    memory = api("/api/v1/query", query='acceldeploy_service_memory_bytes{source="pss"}')
+    memory = prometheus_api("/api/v1/query", query='acceldeploy_service_memory_bytes{source="pss"}')
     by_host = {r["metric"]["host"]: float(r["value"][1]) for r in memory["result"]}
     assert set(by_host) == set(SERVING) and min(by_host.values()) > 100 * 2**20, by_host
     proc = subprocess.run(
@@ -128,8 +117,10 @@ def test_every_dashboard_query_returns_the_labs_series(monitor: str) -> None:
     for name, board in dashboards.build(rules.settings({})).items():
         for query in dashboards.panel_queries(board):
             if "ALERTS" in query:
-                api("/api/v1/query", query=query)  # parses
-            elif not wait(lambda q=query: api("/api/v1/query", query=q)["result"], 90, 5):
+                prometheus_api("/api/v1/query", query=query)  # parses
+            elif not wait(
+                lambda q=query: prometheus_api("/api/v1/query", query=q)["result"], 90, 5
+            ):
                 missing.append(f"{name}: {query}")
     assert not missing, missing
 
@@ -157,7 +148,7 @@ def report_shows_the_kill_and_the_recovery(tmp_path: Path, killed_wall: float) -
 
 
 def alert_state(name: str, host: str) -> str:
-    for alert in api("/api/v1/alerts")["alerts"]:
+    for alert in prometheus_api("/api/v1/alerts")["alerts"]:
         labels = alert["labels"]
         if labels.get("alertname") == name and labels.get("host") == host:
             return str(alert["state"])
@@ -176,11 +167,11 @@ def test_a_killed_service_fires_the_down_alert_which_resolves(monitor: str, tmp_
     pending_at = time.monotonic()
     firing = wait(lambda: alert_state("VllmServiceDown", "lab2") == "firing", 90, 0.5)
     firing_at = time.monotonic()
-    assert pending and firing, api("/api/v1/alerts")
+    assert pending and firing, prometheus_api("/api/v1/alerts")
     on_host("lab2", "systemctl start qwen3-vl")
     resolved = wait(lambda: alert_state("VllmServiceDown", "lab2") == "inactive", 180, 1.0)
     resolved_at = time.monotonic()
-    assert resolved, api("/api/v1/alerts")
+    assert resolved, prometheus_api("/api/v1/alerts")
     assert alert_state("VllmServiceDown", "lab1") == "inactive"  # lab1 served throughout
     print(f"kill -> pending {pending_at - killed:.1f} s, -> firing {firing_at - killed:.1f} s "
           f"(scrape 5 s, for: 15s); start -> resolved {resolved_at - firing_at:.1f} s")  # fmt: skip
