@@ -103,7 +103,7 @@ def test_top_shows_both_services_live_in_tmux(monitor: str) -> None:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
     print(again)
     rows = [line for line in again.splitlines() if "qwen3-vl" in line]
-    assert {line.split("│")[1].strip() for line in rows} == set(SERVING), again
+    assert {line.split()[0] for line in rows} == {f"{h}/qwen3-vl" for h in SERVING}, again
     assert all("MiB" in line or "GiB" in line for line in rows), again  # memory, from the unit
 
 

@@ -118,12 +118,21 @@ HEADERS = ("host", "service", "state", *(SHORT[c] for c in COLUMNS), f"trend {TR
 
 
 def table(snap: Snapshot, title: str) -> Any:
+    """The view, within 80 columns: a borderless table, a row per service, then a line per
+    alert under it."""
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
-    grid = Table(title=title, title_justify="left")
-    for header in HEADERS:
-        grid.add_column(header, no_wrap=header != "alerts", overflow="fold")
-    for cells in rows(snap):
-        style = "bold red" if cells[2] == "DOWN" or cells[-1] else None
-        grid.add_row(*cells, style=style)
-    return grid
+    grid = Table(title=title, title_justify="left", box=None, collapse_padding=True,
+                 pad_edge=False, header_style="bold")  # fmt: skip
+    grid.add_column("service", no_wrap=True, overflow="ellipsis")
+    for header in HEADERS[2:-1]:
+        grid.add_column(header, no_wrap=True, justify="left" if header == "state" else "right")
+    alerts = []
+    for host, service, *cells, alerting in rows(snap):
+        style = "bold red" if cells[0] == "DOWN" or alerting else None
+        grid.add_row(f"{host}/{service}", *cells, style=style)
+        if alerting:
+            alerts.append(Text(f"{host}/{service}: {alerting}", style="bold red"))
+    return Group(grid, *alerts) if alerts else grid
