@@ -32,9 +32,7 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
         description=__doc__,
     )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--monitor", metavar="HOST", help="the monitor host to read (default: the first)"
-    )
+    source.add_argument("--monitor", metavar="HOST", help="the monitor, when there are several")
     source.add_argument("--direct", action="store_true",
                         help="read each service's /metrics, not Prometheus")  # fmt: skip
     parser.add_argument("--every", type=bounded(float, 0.5, 3600), default=2.0, metavar="SECONDS",

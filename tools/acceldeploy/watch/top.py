@@ -27,7 +27,6 @@ class Snapshot:
 
     values: dict[Key, dict[str, float]] = field(default_factory=dict)
     alerts: dict[Key, list[str]] = field(default_factory=dict)
-    source: str = ""
     at: float = 0.0
 
 
@@ -39,7 +38,7 @@ def from_prometheus(
     query: Any, alerts: list[dict[str, Any]], expected: list[Key], at: float
 ) -> Snapshot:
     """`query(promql)` -> Prometheus's instant vector; `alerts`: its /api/v1/alerts."""
-    snap = Snapshot(values={k: {} for k in expected}, source="prometheus", at=at)
+    snap = Snapshot(values={k: {} for k in expected}, at=at)
     for figure in (*FIGURES, figures.Figure("trend", "", TREND_QUERY, "bytes")):
         for series in query(figure.query):
             key = _series_key(series["metric"])
@@ -62,7 +61,7 @@ WANTED = {f.metric: f.key for f in FIGURES if f.metric}
 def from_metrics(texts: Mapping[Key, str | None], previous: Snapshot | None, at: float) -> Snapshot:
     """Each service's /metrics text (None: it did not answer); counters become rates against
     the previous reading."""
-    snap = Snapshot(source="/metrics", at=at)
+    snap = Snapshot(at=at)
     for key, text in texts.items():
         if text is None:
             snap.values[key] = {"up": 0.0}
