@@ -301,3 +301,10 @@ def test_a_phase_begins_only_after_the_sample_under_way_is_written(tmp_path):
     assert {r["phase"] for r in rows} == {"client start", "round 1"}
     assert all(r["metrics"]["running"] == 0 for r in rows if r["phase"] == "client start"), rows
     assert rows[-1]["phase"] == "round 1" and rows[-1]["metrics"]["running"] == 1
+
+
+def test_metrics_parsed_from_the_recorded_vllm_0_13_exposition():
+    found = driver.parse_metrics((DATA / "vllm-0.13.0-cpu-metrics.txt").read_text())
+    assert set(found) >= {"kv_cache_usage", "running", "waiting", "preemptions",
+                          "prefix_cache_queries", "mm_cache_queries", "mm_cache_hits"}  # fmt: skip
+    assert found["running"] == 0.0 and found["waiting"] == 0.0

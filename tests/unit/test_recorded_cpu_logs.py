@@ -80,3 +80,17 @@ def test_planner_kv_figures_match_the_recorded_log(launch: Launch, version: str)
     assert launch.kv["available_gib"] == 1.0 and launch.kv["block_size"] == 128
     # 1 GiB / (1024 bytes per token) = 8,192 blocks of 128 tokens; 2,048 tokens = 16 blocks.
     assert launch.kv["bytes_per_token"] * logged.kv_cache_tokens == 1 << 30
+
+
+def metric_families(version: str) -> set[str]:
+    text = (RECORDED / f"vllm-{version}-cpu-metrics.txt").read_text()
+    return {
+        re.sub(r"_(total|created|bucket|count|sum)$", "", match)
+        for match in re.findall(r"^(vllm:[a-z_:]+)", text, flags=re.MULTILINE)
+    }
+
+
+def test_vllm_0_13_adds_one_metric_family_and_drops_none() -> None:
+    old, new = metric_families("0.12.0"), metric_families("0.13.0")
+    assert new - old == {"vllm:request_prefill_kv_computed_tokens"}
+    assert old <= new and "vllm:time_per_output_token_seconds" not in new
