@@ -59,10 +59,15 @@ def acceldeploy_group_errors(views: Mapping[str, Any], pins: Mapping[str, Any]) 
     return hostplan.group_errors(plain(dict(views)), keys)
 
 
-def acceldeploy_rollout(hosts: list[str], views: Mapping[str, Any], serial: Any) -> dict[str, Any]:
-    """ansible_play_hosts | acceldeploy_rollout({host: node view}, vllm_service_serial): the
-    serve play's batches, a multi-node group always in one batch (cluster.rollout)."""
-    return cluster.rollout([str(h) for h in hosts], plain(dict(views)), plain(serial))
+def acceldeploy_rollout(
+    hosts: list[str], views: Mapping[str, Any], serial: Any, idle: Any = ()
+) -> dict[str, Any]:
+    """ansible_play_hosts | acceldeploy_rollout({host: node view}, vllm_service_serial,
+    [hosts serving nothing now]): the serve play's batches, a multi-node group always in one
+    batch, the idle hosts together first (cluster.rollout)."""
+    return cluster.rollout(
+        [str(h) for h in hosts], plain(dict(views)), plain(serial), {str(h) for h in idle}
+    )
 
 
 def acceldeploy_bounded_names(role: str) -> list[str]:

@@ -310,6 +310,21 @@ def test_rollout_keeps_a_group_in_one_batch_and_counts_it_as_one():
     assert cluster.rollout(["h1", "s1"], groups, 1)["sizes"] == [1, 1]
 
 
+def test_rollout_starts_the_hosts_that_serve_nothing_together_first():
+    hosts = ["s1", "w1", "s2", "h1", "s3"]
+    groups = group_views(big=["h1", "w1"])
+    # s2 and the whole group serve nothing now: one batch, before the serving hosts one by one
+    assert cluster.rollout(hosts, groups, 1, idle={"s2", "h1", "w1"}) == {
+        "batch_of": {"w1": 0, "h1": 0, "s2": 0, "s1": 1, "s3": 2},
+        "sizes": [3, 1, 1],
+    }
+    # a group with one node still serving is rolled like any serving unit
+    assert cluster.rollout(hosts, groups, 1, idle={"h1"})["sizes"] == [1, 2, 1, 1]
+    # a bare fleet starts at once; a served one keeps its serial
+    assert cluster.rollout(["a", "b", "c"], {}, 1, idle={"a", "b", "c"})["sizes"] == [3]
+    assert cluster.rollout(["a", "b", "c"], {}, 1, idle=set())["sizes"] == [1, 1, 1]
+
+
 @pytest.mark.parametrize("serial", [0, "many", -1, "x%"])
 def test_rollout_refuses_a_serial_that_is_not_a_count_or_share(serial):
     with pytest.raises(AcceldeployError, match=r"vllm_service_serial must be a number >= 1"):

@@ -16,7 +16,7 @@ network variable (its address, its NIC) set once in the service's env for every 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,12 +244,18 @@ def _per_batch(serial: Any, units: int) -> int:
 
 
 def rollout(
-    hosts: list[str], views: Mapping[str, Mapping[str, Any]], serial: Any
+    hosts: list[str],
+    views: Mapping[str, Mapping[str, Any]],
+    serial: Any,
+    idle: Collection[str] = (),
 ) -> dict[str, Any]:
     """The serve play's batches: `serial` rollout units at a time, a unit being one host or a
     whole multi-node group (its nodes restart together: the head's vLLM waits for every node's
-    Ray). `hosts` in play order; a group takes its first node's place. Returns
-    {"batch_of": {host: batch number}, "sizes": [hosts per batch]} (Ansible's serial list)."""
+    Ray). `hosts` in play order; a group takes its first node's place. Units whose hosts all
+    serve nothing now (`idle`: a bare host, or one whose services are all stopped) have no
+    clients to keep, so they start together in the first batch; the rest follow `serial` at a
+    time. Returns {"batch_of": {host: batch number}, "sizes": [hosts per batch]} (Ansible's
+    serial list)."""
     units: list[list[str]] = []
     placed: set[str] = set()
     for host in hosts:
@@ -260,11 +266,12 @@ def rollout(
         members = [host, *(n for n in members if n != host)]
         placed.update(members)
         units.append(members)
+    starting = [unit for unit in units if all(h in idle for h in unit)]
+    serving = [unit for unit in units if unit not in starting]
     per_batch = _per_batch(serial, len(units))
-    batch_of: dict[str, int] = {}
-    sizes: list[int] = []
-    for start in range(0, len(units), per_batch):
-        batch = [h for unit in units[start : start + per_batch] for h in unit]
-        batch_of.update({h: len(sizes) for h in batch})
-        sizes.append(len(batch))
+    batches = [[h for unit in starting for h in unit]] if starting else []
+    for start in range(0, len(serving), per_batch):
+        batches.append([h for unit in serving[start : start + per_batch] for h in unit])
+    batch_of = {host: number for number, batch in enumerate(batches) for host in batch}
+    sizes = [len(batch) for batch in batches]
     return {"batch_of": batch_of, "sizes": sizes}
