@@ -618,8 +618,12 @@ def test_ascend_wheels_plan_and_venv_manager() -> None:
             "find_links": ["/srv/wheels"],
         }
     )
-    assert len(wheels["steps"]) == 3
+    assert len(wheels["steps"]) == 4
     assert "--no-index" in wheels["steps"][1]["argv"]
+    # pip on one core without bytecode, then the whole environment compiled on every core
+    assert "--no-compile" in wheels["steps"][1]["argv"]
+    compile_step = wheels["steps"][-1]["argv"]
+    assert "workers=0" in compile_step[2] and compile_step[-1] == wheels["staging"]
     venv = python_env.python_env_plan(
         {"platform": "ascend", "manager": "venv", "venv_path": "/opt/vllm"}
     )

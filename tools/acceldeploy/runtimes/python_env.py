@@ -41,7 +41,19 @@ DEFAULT_VENV = "/opt/acceldeploy/venv"
 DEFAULT_CONDA_ROOT = "/opt/miniforge3"
 
 PIP = ["-m", "pip"]
-PIP_QUIET = ["--disable-pip-version-check", "--no-input", "--no-cache-dir", "--progress-bar", "off"]
+# --no-compile: pip byte-compiles on one core; the build's last step does it on every core.
+PIP_QUIET = [
+    "--disable-pip-version-check",
+    "--no-input",
+    "--no-cache-dir",
+    "--progress-bar",
+    "off",
+    "--no-compile",
+]
+# Every .py of the environment byte-compiled on every core, as pip would have (a file that does
+# not compile, such as a test written for another Python, is skipped as pip skips it), so the
+# service, which cannot write into the environment, does not compile at each start.
+COMPILE_ALL = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
 CREDENTIALS = re.compile(r"(?<=://)[^/@\s:]+(?::[^/@\s]*)?@")
 # The version an interpreter's name shows: python2.7, python3, python3.13t.
 PYTHON_NAME = re.compile(r"python(\d+)(?:\.(\d+))?[a-z]*")
@@ -541,6 +553,9 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         _cpu_install(build)
     else:
         _ascend_install(build)
+    build.steps.append(
+        _step("byte-compile on every core", [build.python, "-c", COMPILE_ALL, build.env])
+    )
     return _plan(platform, manager, env, build, identity)
 
 
