@@ -16,9 +16,10 @@ from acceldeploy.planner import stacks
 from acceldeploy.runtimes import envfanout
 
 
-def runtime_stack(platform: str, stacks_file: str = "") -> dict[str, Any]:
-    """platform | runtime_stack(file): the pinned stack from versions/stacks.yml."""
-    return stacks.stack(str(platform), stacks_file or None)
+def runtime_stack(platform: str, stacks_file: str = "", chosen: str = "") -> dict[str, Any]:
+    """platform | runtime_stack(file, acceldeploy_stack): the host's stack from
+    versions/stacks.yml (the platform's default when none is chosen)."""
+    return stacks.host_stack(str(platform), str(chosen or ""), stacks_file or None)
 
 
 def runtime_service_devices(services: Sequence[Mapping[str, Any]] | None) -> list[int]:

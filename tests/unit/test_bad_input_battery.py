@@ -101,6 +101,31 @@ CASES = [
          {"gaudi_runtime_hccl_min_nw_gbps": -5}, platform="gaudi"),
     Case("gr-image", "runtime", "gaudi_runtime_image",
          {"gaudi_runtime_image": "not an image ref"}, platform="gaudi"),
+    # acceldeploy_stack: its name, its platform, the inventory's choices against it
+    Case("stack-unknown", "services", "acceldeploy_stack 'ascend-vllm-9' is not a stack",
+         {"acceldeploy_stack": "ascend-vllm-9"}),
+    Case("stack-other-platform", "services",
+         "acceldeploy_stack 'gaudi-fork-1.22' is a gaudi stack but the host's "
+         "acceldeploy_platform is ascend", {"acceldeploy_stack": "gaudi-fork-1.22"}),
+    Case("stack-cann", "runtime",
+         "ascend_runtime_cann_toolkit_package is CANN 8.3.RC2 (Ascend-cann-toolkit_8.3.RC2_"
+         "linux-aarch64.run) but vllm-ascend v0.13.0 needs CANN 8.5.0 (stack ascend-vllm-0.13.0)"
+         ": give the CANN 8.5.0 toolkit package, or set acceldeploy_stack to "
+         "ascend-vllm-0.12.0rc1",
+         {"acceldeploy_stack": "ascend-vllm-0.13.0", "acceldeploy_services": [],
+          "ascend_runtime_cann_toolkit_package": "/srv/Ascend-cann-toolkit_8.3.RC2_linux-aarch64.run"}),
+    Case("stack-gaudi-software", "runtime",
+         "gaudi_runtime_software is 1.22.0 but stack gaudi-vllm-0.13.0 (vLLM 0.13.0) runs on "
+         "Intel Gaudi software 1.23.0 only",
+         {"acceldeploy_stack": "gaudi-vllm-0.13.0", "acceldeploy_services": [],
+          "gaudi_runtime_software": "1.22.0"}, platform="gaudi"),
+    Case("stack-cpu-python39", "python_env",
+         "python_env_venv_python is /usr/bin/python3.9, Python 3.9 by its name; acceldeploy "
+         "needs Python 3.9 to 3.13 on the host and stack cpu-vllm-0.12.0 (vLLM 0.12.0) needs "
+         "Python >=3.11,<3.14",
+         {"acceldeploy_platform": "cpu", "acceldeploy_stack": "cpu-vllm-0.12.0",
+          "acceldeploy_services": [], "python_env_find_links": ["/srv/wheels"],
+          "python_env_venv_python": "/usr/bin/python3.9"}),
     # python_env_*
     Case("pe-venv-relative", "python_env", "python_env_venv_path",
          {"python_env_manager": "venv", "python_env_venv_path": "relative/env"}),

@@ -95,7 +95,11 @@ def test_the_hugepages_have_a_bound_before_any_host_is_read() -> None:
     [
         ("conda", "python2.7", "Python 2.7 by its name; acceldeploy needs Python 3.9 to 3.13"),
         ("venv", "/usr/bin/python3.8", "Python 3.8 by its name"),
-        ("venv", "python3.12", "the ascend stack (vLLM 0.12.0) needs Python >=3.10,<3.12"),
+        (
+            "venv",
+            "python3.12",
+            "stack ascend-vllm-0.12.0rc1 (vLLM 0.12.0) needs Python >=3.10,<3.12",
+        ),
         ("venv", "python2", "Python 2 by its name"),
     ],
 )

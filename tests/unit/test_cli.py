@@ -57,10 +57,11 @@ def test_version_prints_the_package_version_and_every_pinned_stack():
     lines = proc.stdout.splitlines()
     assert lines[0] == f"acceldeploy {__version__}"
     assert importlib.metadata.version("acceldeploy") == __version__  # pyproject reads it
-    stacks = yaml.safe_load((ROOT / "versions" / "stacks.yml").read_text())
-    for platform, entry in stacks.items():
-        line = next((x for x in lines[1:] if x.split()[0] == platform), None)
-        assert line is not None, f"{platform} missing from\n{proc.stdout}"
+    stacks = yaml.safe_load((ROOT / "versions" / "stacks.yml").read_text())["stacks"]
+    for name, entry in stacks.items():
+        line = next((x for x in lines[1:] if x.split()[0] == name), None)
+        assert line is not None, f"{name} missing from\n{proc.stdout}"
+        assert (line.split()[1] == "(default)") == bool(entry.get("default"))
         assert f"vLLM {entry['vllm']}" in line
         for plugin in ("vllm_ascend", "vllm_fork_ref"):
             if plugin in entry:

@@ -35,7 +35,8 @@ except ImportError:  # on the host: shipped beside this file
 
 EVENT = "@@bench "
 INF = float("inf")
-# /metrics series kept per sample (counters carry _total in the exposition).
+# /metrics series kept per sample (counters carry _total in the exposition): vLLM 0.12's names
+# (planner.stacks.DEFAULT_METRICS); the runner sends the host's stack's names in the plan.
 METRICS = {
     "vllm:kv_cache_usage_perc": "kv_cache_usage",
     "vllm:num_requests_running": "running",
@@ -145,7 +146,8 @@ class Sampler(threading.Thread):
         row: dict[str, Any] = {"t": time.time(), "phase": self.phase}
         row["memory"] = read_memory(self.plan)
         try:
-            row["metrics"] = parse_metrics(http_get(self.plan["base_url"] + "/metrics"))
+            text = http_get(self.plan["base_url"] + "/metrics")
+            row["metrics"] = parse_metrics(text, self.plan.get("metrics") or METRICS)
         except (OSError, urllib.error.URLError):
             row["metrics"] = {}
         return row

@@ -162,6 +162,8 @@ def driver_plan(target: Target, remote: str, restart: bool) -> dict[str, Any]:
         # through a gateway: its client key (the gateway sends the backends theirs), if any
         "api_key_file": f"{remote}/{GATEWAY_KEY}" if target.via else unit.secret_path,
         "hf_endpoint": target.hostvars.get("model_weights_hf_endpoint") or "",
+        # the /metrics series the samples keep, by the names of the host's stack
+        "metrics": {platform.metrics[key]: key for key in driver.METRICS.values()},
     }
 
 

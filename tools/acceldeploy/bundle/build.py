@@ -31,7 +31,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import GIB, ModelSpec, WeightsError
 from acceldeploy.fetch.run import HostRequest, plan_host, run
 from acceldeploy.gateway.plan import serving_hosts
-from acceldeploy.planner.stacks import lock_requirements, stack
+from acceldeploy.planner.stacks import host_stack, lock_requirements
 
 Say = Callable[[str], None]
 REPO = Path(__file__).resolve().parents[3]
@@ -114,7 +114,7 @@ def stack_pins(klass: HostClass, hosts: Mapping[str, Mapping[str, Any]]) -> list
     extra = sorted(
         {str(p) for h in hosts.values() for p in h.get("python_env_extra_packages") or []}
     )
-    return [*lock_requirements(stack(klass.platform)), *extra]
+    return [*lock_requirements(host_stack(klass.platform, klass.stack)), *extra]
 
 
 def stack_wheels(klass: HostClass, pins: Sequence[str], cache: Path, say: Say) -> list[Path]:

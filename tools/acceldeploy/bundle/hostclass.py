@@ -1,6 +1,8 @@
 """Host classes: the hosts that install the same wheels. A class is the serving stack (the
-platform's, versions/stacks.yml) x the CPython of the serving environment x the architecture x
-glibc, plus the CPython of the hub clients' venv.
+host's acceldeploy_stack, else its platform's default, versions/stacks.yml) x the CPython of
+the serving environment x the architecture x glibc, plus the CPython of the hub clients' venv.
+A default stack's classes keep the platform's name (``cpu-cp311-x86_64-glibc2.36``), so
+bundles built before stacks had names still match; another stack's carry its name.
 
 A bundle is built where the rack cannot be reached, so a host's class comes from its
 inventory: ``acceldeploy_os`` (the release, ``<id>-<version>`` of data/targets.yml, for
@@ -19,6 +21,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.targets import table
+from acceldeploy.planner.stacks import host_stack
 from acceldeploy.runtimes.python_env import PYTHON_NAME
 
 ARCHES = ("x86_64", "aarch64")
@@ -32,10 +35,12 @@ WHEEL_PLATFORMS = ("cpu",)
 @dataclass(frozen=True, order=True)
 class HostClass:
     platform: str
+    stack: str
     python: str
     arch: str
     glibc: int
     hub_python: str
+    stack_default: bool = True
 
     @property
     def stack_key(self) -> str:
@@ -48,7 +53,8 @@ class HostClass:
 
     @property
     def key(self) -> str:
-        return f"{self.platform}-{self.stack_key}"
+        label = self.platform if self.stack_default else self.stack
+        return f"{label}-{self.stack_key}"
 
     @property
     def collects_stack(self) -> bool:
@@ -94,8 +100,18 @@ def host_class(host: str, hostvars: Mapping[str, Any]) -> HostClass:
     platform = str(hostvars.get("acceldeploy_platform") or "")
     if not platform:
         raise AcceldeployError(f"{host}: acceldeploy_platform is not set (ascend, gaudi or cpu)")
+    try:
+        entry = host_stack(
+            platform,
+            str(hostvars.get("acceldeploy_stack") or ""),
+            str(hostvars.get("python_env_stacks_file") or "") or None,
+        )
+    except AcceldeployError as exc:
+        raise AcceldeployError(f"{host}: {exc}") from exc
     return HostClass(
         platform=platform,
+        stack=str(entry["name"]),
+        stack_default=bool(entry["default"]),
         python=_python_of(str(hostvars.get("python_env_venv_python") or ""), system_python),
         arch=arch,
         glibc=int(str(row["glibc"]).split(".")[1]),

@@ -73,19 +73,14 @@ def version_text() -> str:
         stacks = load_stacks()
     except AcceldeployError as exc:
         return "\n".join([*lines, f"pinned stacks: unreadable ({exc})"])
-    rows = [(platform, _stack_name(entry), _serving(entry)) for platform, entry in stacks.items()]
-    lines.append(f"pinned stacks ({STACKS_FILE.relative_to(REPO)}):")
+    rows = [
+        (name, "(default)" if entry["default"] else "", _serving(entry))
+        for name, entry in stacks.items()
+    ]
+    lines.append(f"pinned stacks ({STACKS_FILE.relative_to(REPO)}; acceldeploy plan stacks):")
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     lines += [f"  {p.ljust(widths[0])}  {n.ljust(widths[1])}  {s}" for p, n, s in rows]
     return "\n".join(lines)
-
-
-def _stack_name(entry: Mapping[str, Any]) -> str:
-    """What names the stack on a host: the env (ascend), the image (gaudi), the lock (cpu)."""
-    for key in ("env_name", "image", "lock"):
-        if entry.get(key):
-            return str(entry[key]).removesuffix(".txt")
-    return "-"
 
 
 def _serving(entry: Mapping[str, Any]) -> str:
@@ -93,6 +88,7 @@ def _serving(entry: Mapping[str, Any]) -> str:
     labels = {
         "vllm_ascend": "vllm-ascend",
         "vllm_fork_ref": "vllm-fork",
+        "vllm_gaudi_ref": "vllm-gaudi",
         "cann": "CANN",
         "software": "Gaudi software",
     }

@@ -1,5 +1,5 @@
 """`acceldeploy plan` (tools/plan.py): size a model's KV cache, explain a vLLM start-up log,
-render a host's services, list the model catalog."""
+render a host's services, list the serving stacks and the model catalog."""
 
 from __future__ import annotations
 
@@ -207,6 +207,26 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stacks(args: argparse.Namespace) -> int:
+    """The stacks of versions/stacks.yml side by side (what acceldeploy_stack chooses from)."""
+    from acceldeploy.planner import stackmatrix
+
+    rows = stackmatrix.matrix()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="serving stacks (versions/stacks.yml): set acceldeploy_stack to one")
+    for key, title in stackmatrix.COLUMNS:
+        table.add_column(title, overflow="fold", no_wrap=key == "stack")
+    for row in rows:
+        table.add_row(*(str(row[key]) for key, _ in stackmatrix.COLUMNS))
+    Console(width=max(Console().width, 200)).print(table)
+    return 0
+
+
 def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "plan",
@@ -279,6 +299,15 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
         "--unit", action="store_true", help="print the systemd unit and launcher instead"
     )
     render.set_defaults(func=cmd_render)
+
+    stacks = command(
+        sub.add_parser(
+            "stacks",
+            parents=[parents.json],
+            help="the serving stacks, side by side (what acceldeploy_stack chooses from)",
+        )
+    )
+    stacks.set_defaults(func=cmd_stacks)
 
     cat = command(sub.add_parser("catalog", help="list the model catalog"))
     cat.set_defaults(func=cmd_catalog)

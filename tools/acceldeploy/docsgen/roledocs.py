@@ -1,5 +1,6 @@
-"""The generated parts of each role's README.md and meta/main.yml, and of the inventory
-reference (docs/reference/inventory.md: every service key, from service.KEYS).
+"""The generated parts of each role's README.md and meta/main.yml, of the inventory
+reference (docs/reference/inventory.md: every service key, from service.KEYS) and of the
+stacks reference (docs/reference/stacks.md: the matrix and sources of versions/stacks.yml).
 
 A README keeps its prose; only the blocks between ``<!-- BEGIN GENERATED: <name> -->`` and
 ``<!-- END GENERATED -->`` are rendered: ``variables`` from the role's meta/argument_specs.yml
@@ -26,6 +27,7 @@ import yaml
 from acceldeploy.docsgen import rolemeta
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import targets
+from acceldeploy.planner import stackmatrix
 from acceldeploy.serving import service
 
 ROLES_DIR = Path(__file__).resolve().parents[3] / "roles"
@@ -41,6 +43,8 @@ SOURCES = {
     "variables": "meta/argument_specs.yml",
     "platforms": "tools/acceldeploy/data/targets.yml",
     "service_keys": "tools/acceldeploy/serving/service.py (KEYS, DEFAULTS)",
+    "stack_matrix": "versions/stacks.yml (acceldeploy.planner.stackmatrix)",
+    "stack_sources": "versions/stacks.yml (each stack's sources)",
 }
 
 
@@ -259,15 +263,27 @@ def expected(role_dir: Path) -> dict[Path, str]:
     }
 
 
+def references(repo: Path) -> dict[Path, dict[str, str]]:
+    """The reference pages with generated blocks -> {block: what it holds}."""
+    stacks = stackmatrix.matrix()
+    return {
+        repo / "docs" / "reference" / "inventory.md": {"service_keys": render_service_keys()},
+        repo / "docs" / "reference" / "stacks.md": {
+            "stack_matrix": stackmatrix.markdown_matrix(stacks),
+            "stack_sources": stackmatrix.markdown_sources(stacks),
+        },
+    }
+
+
 def stale(roles_dir: Path = ROLES_DIR) -> dict[Path, str]:
     """The files that differ from what they should hold -> that text."""
     found: dict[Path, str] = {}
-    reference = roles_dir.parent / "docs" / "reference" / "inventory.md"
-    if reference.exists():
-        text = reference.read_text()
-        wanted = splice(text, {"service_keys": render_service_keys()}, str(reference))
-        if wanted != text:
-            found[reference] = wanted
+    for reference, blocks in references(roles_dir.parent).items():
+        if reference.exists():
+            text = reference.read_text()
+            wanted = splice(text, blocks, str(reference))
+            if wanted != text:
+                found[reference] = wanted
     for role_dir in roles(roles_dir):
         for path, text in expected(role_dir).items():
             if not path.exists() or path.read_text() != text:

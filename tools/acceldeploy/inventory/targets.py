@@ -196,7 +196,8 @@ def stack_interpreter_errors(facts: Facts, spec: Mapping[str, Any]) -> list[str]
     except InvalidSpecifier as exc:
         raise AcceldeployError(f"versions/stacks.yml: requires_python {requires!r}: {exc}") from exc
     version = facts.pythons.get("python_env_venv_python")
-    stack = f"the {spec['platform']} stack (vLLM {spec['vllm_version']}) needs Python {requires}"
+    name = spec.get("stack_name") or f"of {spec['platform']}"
+    stack = f"stack {name} (vLLM {spec['vllm_version']}) needs Python {requires}"
     why = str(spec.get("requires_python_why") or "")
     fix = (
         "fix: set python_env_venv_python to such an interpreter on the host, or "

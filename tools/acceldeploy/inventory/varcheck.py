@@ -19,6 +19,8 @@ PREFIXES = ("acceldeploy_", *(f"{role}_" for role in ROLES))
 # Inventory-wide variables no single role owns, with their argument spec.
 INVENTORY_VARS: dict[str, dict[str, Any]] = {
     "acceldeploy_platform": {"type": "str"},
+    # The serving stack of versions/stacks.yml the host runs; unset: the platform's default.
+    "acceldeploy_stack": {"type": "str"},
     "acceldeploy_services": {"type": "list"},
     "acceldeploy_models_root": {"type": "path"},
     "acceldeploy_service_user": {"type": "str"},

@@ -3,13 +3,17 @@ columns, `acceldeploy report`'s plots and the Grafana dashboards' panels all com
 FIGURES, and each query is PromQL over the series the monitor scrapes (vLLM's /metrics, the
 memory unit's textfile series) or the recording rules of monitor/rules.py.
 
-Every query keeps the `host` and `service` labels, so one series is one service."""
+Every query keeps the `host` and `service` labels, so one series is one service. The vLLM
+series names are planner.stacks.DEFAULT_METRICS, the names every stack of versions/stacks.yml
+exports today (vLLM 0.12 and 0.13 renamed none); a stack that lists other ``metrics`` is
+read by bench with its own names."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from acceldeploy.monitor import rules
+from acceldeploy.planner.stacks import DEFAULT_METRICS as SERIES
 
 
 @dataclass(frozen=True)
@@ -29,15 +33,15 @@ class Figure:
 FIGURES: tuple[Figure, ...] = (
     Figure("up", "Serving", 'up{job="vllm"}', "count"),
     Figure("running", "Running requests", 'vllm:num_requests_running{job="vllm"}', "count",
-           metric="vllm:num_requests_running"),
+           metric=SERIES["running"]),
     Figure("waiting", "Waiting requests", 'vllm:num_requests_waiting{job="vllm"}', "count",
-           metric="vllm:num_requests_waiting"),
+           metric=SERIES["waiting"]),
     Figure("kv_cache", "KV cache used", 'vllm:kv_cache_usage_perc{job="vllm"}', "ratio",
-           metric="vllm:kv_cache_usage_perc"),
+           metric=SERIES["kv_cache_usage"]),
     Figure("requests", "Requests served", "acceldeploy:requests:rate1m", "per_second",
-           metric="vllm:request_success_total", counter=True),
+           metric=SERIES["requests"], counter=True),
     Figure("tokens", "Generated tokens", "acceldeploy:generation_tokens:rate1m", "per_second",
-           metric="vllm:generation_tokens_total", counter=True),
+           metric=SERIES["generation_tokens"], counter=True),
     Figure("ttft_p99", "p99 time to first token", "acceldeploy:ttft_seconds:p99_5m", "seconds"),
     Figure("memory", "Process tree memory (PSS)", f'{rules.SERVICE_MEMORY}{{source="pss"}}',
            "bytes"),

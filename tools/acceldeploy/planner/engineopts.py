@@ -20,6 +20,7 @@ from typing import Any
 
 from acceldeploy.data_files import DATA_DIR
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner.stacks import RECORD_ENGINE_OPTIONS
 
 # Documented lower bounds of flags people tune (vLLM's EngineArgs / SchedulerConfig docs);
 # the parser itself accepts any integer or float.
@@ -111,15 +112,40 @@ def _check_value(flag: str, option: Mapping[str, Any], value: Any, var: str) -> 
 
 
 @cache
-def engine_options(name: str) -> EngineOptions:
-    """data/engine-options/<name>.json, indexed by every spelling of every flag."""
+def engine_options(
+    name: str, additions: tuple[tuple[str, str], ...] = (), stack: str = ""
+) -> EngineOptions:
+    """data/engine-options/<name>.json, indexed by every spelling of every flag, with the
+    choices the stack's plugin adds (``additions``: (flag, choice) pairs)."""
     path = DATA_DIR / "engine-options" / f"{name}.json"
     if not path.is_file():
-        raise AcceldeployError(f"no recorded option list {path}; record it with engine_options.py")
+        owner = f"stack {stack}: engine options {name}" if stack else f"engine options {name}"
+        record = RECORD_ENGINE_OPTIONS.format(name=name)
+        raise AcceldeployError(
+            f"{owner} not recorded ({path} is missing); run `{record}` "
+            "with that vLLM installed, or set acceldeploy_stack to a stack whose engine options "
+            "are recorded"
+        )
     data = json.loads(path.read_text())
     options: dict[str, Mapping[str, Any]] = {}
     for entry in data["options"].values():
+        entry = _with_choices(entry, [c for f, c in additions if f in (entry.get("flags") or [])])
         for flag in entry.get("flags") or []:
             if str(flag).startswith("--"):
                 options[str(flag)] = entry
     return EngineOptions(str(data["engine"]), str(data["version"]), options)
+
+
+def _with_choices(entry: Mapping[str, Any], added: list[str]) -> Mapping[str, Any]:
+    """An option with a plugin's extra choices (only where the parser restricts choices)."""
+    if not added or not entry.get("choices"):
+        return entry
+    return {
+        **entry,
+        "choices": [*entry["choices"], *[c for c in added if c not in entry["choices"]]],
+    }
+
+
+def platform_engine(platform: Any) -> EngineOptions:
+    """The engine options of a Platform's stack (its file plus its plugin's additions)."""
+    return engine_options(platform.engine_options, platform.engine_additions, platform.stack)

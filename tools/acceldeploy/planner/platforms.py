@@ -1,9 +1,11 @@
 """Platforms: everything that differs between Ascend, Gaudi and the CPU lab, in one object.
 
 A `Platform` joins the accelerator profile (data/platforms.yml: block size, device variable and
-nodes, memory budget, default env and flags, device groups, start timeout) with the platform's
-pinned stack (versions/stacks.yml: the vLLM version the services must report, the env scripts,
-the Gaudi image and how its containers start). Every module takes its platform facts from here.
+nodes, memory budget, default env and flags, device groups, start timeout) with the host's
+stack (versions/stacks.yml, the one its acceldeploy_stack names or the platform's default: the
+vLLM version the services must report, its engine options, its env defaults over the
+platform's, the env scripts, the Gaudi image, how its containers start and the names its
+bucketing is set under). Every module takes its platform facts from here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.planner.stacks import stack
+from acceldeploy.planner.stacks import bucketing, engine_additions, host_stack, metric_names
 
 CONTAINER = "container"
 
@@ -44,6 +46,13 @@ class Platform:
     node_env: dict[str, str] = field(default_factory=dict)
     interface_env: tuple[str, ...] = ()
     ray_resource: str = "CPU"  # what Ray counts this platform's devices as
+    stack: str = ""  # the stack's name (versions/stacks.yml)
+    # (flag, choice) the stack's plugin adds to `vllm serve`'s parser
+    engine_additions: tuple[tuple[str, str], ...] = ()
+    # Gaudi: the env names the bucketing is set under (planner.stacks.DEFAULT_BUCKETING)
+    bucketing: dict[str, str] = field(default_factory=dict)
+    # role -> the vLLM /metrics series of the stack (planner.stacks.DEFAULT_METRICS)
+    metrics: dict[str, str] = field(default_factory=dict)
 
     @property
     def container(self) -> bool:
@@ -59,14 +68,16 @@ def platform_names() -> list[str]:
     return sorted(load("platforms"))
 
 
-def get_platform(name: str, stacks_file: str | None = None) -> Platform:
+def get_platform(name: str, stacks_file: str | None = None, stack_name: str = "") -> Platform:
+    """The platform's profile joined with the host's stack (``stack_name``: its
+    acceldeploy_stack; empty: the platform's default)."""
     raw: dict[str, Any] | None = load("platforms").get(name)
     if raw is None:
         raise AcceldeployError(
             f"acceldeploy_platform {name!r} is unknown; set it to one of "
             f"{', '.join(platform_names())}"
         )
-    pins = stack(name, stacks_file or None)
+    pins = host_stack(name, stack_name, stacks_file or None)
     return Platform(
         name=name,
         block_size=int(raw["block_size"]),
@@ -81,7 +92,7 @@ def get_platform(name: str, stacks_file: str | None = None) -> Platform:
         engine_options=str(pins["engine_options"]),
         groups=tuple(str(g) for g in raw["groups"]),
         start_timeout=int(raw["start_timeout"]),
-        env={k: str(v) for k, v in raw["env"].items()},
+        env={k: str(v) for k, v in {**raw["env"], **(pins.get("env") or {})}.items()},
         env_scripts=tuple(str(s) for s in pins.get("env_scripts") or ()),
         device_nodes=tuple(raw["device_nodes"]),
         default_args=dict(raw["default_args"]),
@@ -90,4 +101,8 @@ def get_platform(name: str, stacks_file: str | None = None) -> Platform:
         node_env={k: str(v) for k, v in (raw.get("node_env") or {}).items()},
         interface_env=tuple(str(v) for v in raw.get("interface_env") or ()),
         ray_resource=str(raw.get("ray_resource") or "CPU"),
+        stack=str(pins["name"]),
+        engine_additions=engine_additions(pins),
+        bucketing=bucketing(pins),
+        metrics=metric_names(pins),
     )

@@ -1,25 +1,37 @@
-"""The pinned stack of each platform: ``versions/stacks.yml`` (``load_stacks``, ``stack``).
+"""The serving stacks: ``versions/stacks.yml`` (``load_stacks``, ``host_stack``, ``stack``).
 
-Loaded and checked for the keys the roles use; the cpu stack's lock file is read by
-``lock_requirements``. This module imports nothing else from acceldeploy but its errors, so
+A host runs one named stack: the one its ``acceldeploy_stack`` names, else its platform's
+default. The loader refuses a stack whose parts disagree (its vLLM, CANN, Gaudi software or
+Python outside the lists its plugin supports), ``host_stack`` a choice of an unknown stack or
+of another platform's. The cpu stacks' lock files are read by ``lock_requirements``. This
+module imports nothing else from acceldeploy but its errors, so
 ``acceldeploy.planner.platforms`` and ``acceldeploy.runtimes`` can both import it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from acceldeploy.errors import AcceldeployError
 
 REPO = Path(__file__).resolve().parents[3]
 VERSIONS_DIR = REPO / "versions"
 STACKS_FILE = VERSIONS_DIR / "stacks.yml"
+STACK_VAR = "acceldeploy_stack"
+# The command that records an engine's `vllm serve` options (data/engine-options/<name>.json).
+RECORD_ENGINE_OPTIONS = (
+    "python3 -m acceldeploy.lab.engine_options --out tools/acceldeploy/data/engine-options/"
+    "{name}.json"
+)
 
-# The keys each platform's stack must set (non-empty) for the roles to work.
+# The keys each platform's stacks must set (non-empty) for the roles to work.
 REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "ascend": (
         "python",
@@ -38,48 +50,213 @@ REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
         "cann_compatible_drivers",
         "env_scripts",
     ),
-    "gaudi": ("software", "image", "vllm_fork_ref", "vllm", "engine_options", "docker_run_args"),
+    "gaudi": ("software", "image", "vllm", "engine_options", "docker_run_args"),
     "cpu": ("python", "vllm", "engine_options", "lock", "ray"),
+}
+# Gaudi's bucketing env names (serving/gaudi_launch.py) when a stack records none: the fork's.
+DEFAULT_BUCKETING: dict[str, str] = {
+    "prompt_bs": "VLLM_PROMPT_BS_BUCKET",
+    "prompt_len": "VLLM_PROMPT_SEQ_BUCKET",
+    "decode_bs": "VLLM_DECODE_BS_BUCKET",
+    "decode_block": "VLLM_DECODE_BLOCK_BUCKET",
+    "zero_padding": "VLLM_ZERO_PADDING",
+}
+# vLLM's /metrics series the bench and the monitor read (by role), when a stack lists none:
+# vLLM 0.12.0's names (vllm/v1/metrics/loggers.py), unchanged in 0.13.0.
+DEFAULT_METRICS: dict[str, str] = {
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+    "preemptions": "vllm:num_preemptions_total",
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+    "mm_cache_queries": "vllm:mm_cache_queries_total",
+    "mm_cache_hits": "vllm:mm_cache_hits_total",
+    "requests": "vllm:request_success_total",
+    "generation_tokens": "vllm:generation_tokens_total",
 }
 
 
+def _version(value: Any) -> Version | None:
+    try:
+        return Version(str(value))
+    except InvalidVersion:
+        return None
+
+
+def listed(value: Any, allowed: Sequence[Any]) -> bool:
+    """`value` is one of `allowed`: equal as versions (8.3.RC2 == 8.3.rc2), or inside a series
+    entry ("1.22" admits 1.22.0 and 1.22.2)."""
+    text = str(value).lower()
+    for entry in allowed:
+        item = str(entry).lower()
+        if text == item or text.startswith(item + "."):
+            return True
+        ours, theirs = _version(text), _version(item)
+        if ours is not None and ours == theirs:
+            return True
+    return False
+
+
+def python_fits(python: Any, requires: str, where: str) -> bool:
+    """A ``major.minor`` Python inside a Requires-Python specifier."""
+    try:
+        allowed = SpecifierSet(requires)
+    except InvalidSpecifier as exc:
+        raise AcceldeployError(f"{where}: requires_python {requires!r}: {exc}") from exc
+    return Version(f"{python}.0") in allowed
+
+
+def part_errors(entry: Mapping[str, Any]) -> list[str]:
+    """The stack's own parts against the lists its plugin supports, one message per part."""
+    name = entry["name"]
+    checks = (
+        ("vllm", "compatible_vllm", "vLLM"),
+        ("cann", "compatible_cann", "CANN"),
+        ("software", "compatible_software", "Intel Gaudi software"),
+    )
+    errors = []
+    for key, allowed, label in checks:
+        if entry.get(key) and entry.get(allowed) and not listed(entry[key], entry[allowed]):
+            errors.append(
+                f"stack {name}: its {key} is {label} {entry[key]}, outside its {allowed} "
+                f"{', '.join(map(str, entry[allowed]))}; fix the stack's {key} or {allowed} "
+                f"in {entry['file']}"
+            )
+    requires = entry.get("requires_python")
+    if entry.get("python") and requires:
+        where = f"{entry['file']} {name}"
+        if not python_fits(entry["python"], str(requires), where):
+            errors.append(
+                f"stack {name}: its python is {entry['python']}, outside its requires_python "
+                f"{requires}; fix the stack's python or requires_python in {entry['file']}"
+            )
+    return errors
+
+
 def load_stacks(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
-    """versions/stacks.yml (or another file of the same shape), checked for the keys used."""
+    """versions/stacks.yml (or another file of the same shape), checked: the keys each
+    platform uses, one default per platform, every stack's parts agreeing."""
     file = Path(path) if path else STACKS_FILE
     if not file.is_file():
         raise AcceldeployError(f"stacks file {file} does not exist")
     data = yaml.safe_load(file.read_text())
-    if not isinstance(data, dict):
-        raise AcceldeployError(f"{file}: expected a mapping of platform -> stack")
-    for platform, keys in REQUIRED_KEYS.items():
-        entry = data.get(platform)
-        if not isinstance(entry, dict):
-            raise AcceldeployError(f"{file}: no {platform} stack")
-        missing = [k for k in keys if entry.get(k) in (None, "")]
-        if missing:
-            raise AcceldeployError(f"{file}: {platform} stack lacks {', '.join(missing)}")
+    if not isinstance(data, dict) or not isinstance(data.get("stacks"), dict):
+        raise AcceldeployError(f"{file}: expected a mapping `stacks:` of stack name -> stack")
     stacks: dict[str, dict[str, Any]] = {}
-    for platform, entry in data.items():
-        stacks[str(platform)] = {**entry, "name": str(platform), "file": str(file)}
+    errors: list[str] = []
+    for name, raw in data["stacks"].items():
+        if not isinstance(raw, dict) or raw.get("platform") not in REQUIRED_KEYS:
+            raise AcceldeployError(
+                f"{file}: stack {name} needs a platform, one of {', '.join(REQUIRED_KEYS)}"
+            )
+        entry = {**raw, "name": str(name), "file": str(file), "default": bool(raw.get("default"))}
+        missing = [k for k in REQUIRED_KEYS[entry["platform"]] if entry.get(k) in (None, "")]
+        if missing:
+            raise AcceldeployError(f"{file}: stack {name} lacks {', '.join(missing)}")
+        errors += part_errors(entry)
+        stacks[str(name)] = entry
+    for platform in REQUIRED_KEYS:
+        defaults = [n for n, e in stacks.items() if e["platform"] == platform and e["default"]]
+        if len(defaults) != 1:
+            found = ", ".join(defaults) or "none"
+            errors.append(
+                f"{file}: the {platform} platform needs exactly one stack with default: true "
+                f"(found {found})"
+            )
+    if errors:
+        raise AcceldeployError("; ".join(errors))
     return stacks
 
 
+def platform_stacks(platform: str, stacks: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return [name for name, entry in stacks.items() if entry["platform"] == platform]
+
+
 def stack(platform: str, path: str | Path | None = None) -> dict[str, Any]:
-    """One platform's pinned stack; an error naming the known ones if it has none."""
+    """One platform's default stack; an error naming the known platforms if it has none."""
     stacks = load_stacks(path)
-    if platform not in stacks:
+    for entry in stacks.values():
+        if entry["platform"] == platform and entry["default"]:
+            return entry
+    known = sorted({e["platform"] for e in stacks.values()})
+    raise AcceldeployError(
+        f"acceldeploy_platform {platform!r} has no pinned stack in "
+        f"{path or STACKS_FILE}; use one of {', '.join(known)}"
+    )
+
+
+def host_stack(platform: str, chosen: str = "", path: str | Path | None = None) -> dict[str, Any]:
+    """The stack a host runs: ``chosen`` (its acceldeploy_stack) if set, else the platform's
+    default; refused naming the variable when unknown or of another platform."""
+    if not chosen:
+        return stack(platform, path)
+    stacks = load_stacks(path)
+    entry = stacks.get(chosen)
+    if entry is None:
+        ours = platform_stacks(platform, stacks) or sorted(stacks)
         raise AcceldeployError(
-            f"acceldeploy_platform {platform!r} has no pinned stack in "
-            f"{path or STACKS_FILE}; use one of {', '.join(sorted(stacks))}"
+            f"{STACK_VAR} {chosen!r} is not a stack of {path or STACKS_FILE}; set it to one "
+            f"of {', '.join(ours)}, or leave it unset for the {platform or 'platform'}'s default"
         )
-    return stacks[platform]
+    if platform and entry["platform"] != platform:
+        raise AcceldeployError(
+            f"{STACK_VAR} {chosen!r} is a {entry['platform']} stack but the host's "
+            f"acceldeploy_platform is {platform}; set {STACK_VAR} to one of "
+            f"{', '.join(platform_stacks(platform, stacks))}, or leave it unset"
+        )
+    return entry
+
+
+def other_stacks_hint(entry: Mapping[str, Any], key: str, value: Any) -> str:
+    """ ", or set acceldeploy_stack to <the stacks of the same platform whose `key` list admits
+    `value`>", empty when none does."""
+    stacks = load_stacks(entry.get("file"))
+    fits = [
+        name
+        for name, other in stacks.items()
+        if name != entry.get("name")
+        and other["platform"] == entry.get("platform")
+        and listed(value, other.get(key) or [])
+    ]
+    return f", or set {STACK_VAR} to {' or '.join(fits)}" if fits else ""
+
+
+def bucketing(entry: Mapping[str, Any]) -> dict[str, str]:
+    """The stack's Gaudi bucketing env names; an empty name: that variable is not set."""
+    given = entry.get("bucketing") or {}
+    return {key: str(given.get(key, default) or "") for key, default in DEFAULT_BUCKETING.items()}
+
+
+def metric_names(entry: Mapping[str, Any] | None) -> dict[str, str]:
+    """role -> the vLLM /metrics series of that stack (its ``metrics``, else the defaults)."""
+    given = (entry or {}).get("metrics") or {}
+    unknown = sorted(set(given) - set(DEFAULT_METRICS))
+    if unknown:
+        raise AcceldeployError(
+            f"stack {(entry or {}).get('name')}: metrics has unknown roles {', '.join(unknown)}; "
+            f"use {', '.join(DEFAULT_METRICS)}"
+        )
+    return {**DEFAULT_METRICS, **{str(k): str(v) for k, v in given.items()}}
+
+
+def engine_additions(entry: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(flag, choice) pairs the stack's plugin adds to `vllm serve`'s parser."""
+    return tuple(
+        (str(a["flag"]), str(a["choice"])) for a in entry.get("engine_option_additions") or []
+    )
 
 
 def lock_requirements(entry: dict[str, Any]) -> list[str]:
-    """The cpu stack's pins: every ``name==version`` line of its lock, then the extras."""
+    """A cpu stack's pins: every ``name==version`` line of its lock, then the extras."""
     lock = Path(entry["file"]).parent / str(entry["lock"])
     if not lock.is_file():
-        raise AcceldeployError(f"the {entry['name']} stack's lock {lock} does not exist")
+        raise AcceldeployError(
+            f"stack {entry['name']}: its lock {lock} is not recorded; make it with "
+            "`python3 -m acceldeploy.lab.labenv lock` on a lab env of vLLM "
+            f"{entry.get('vllm')}, or "
+            f"set {STACK_VAR} to another {entry.get('platform', '')} stack"
+        )
     pins: list[str] = []
     for raw in lock.read_text().splitlines():
         line = raw.split("#", 1)[0].strip()

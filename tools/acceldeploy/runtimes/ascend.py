@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner.stacks import other_stacks_hint
 from acceldeploy.runtimes.probe import (
     GateRun,
     Verdict,
@@ -238,9 +239,11 @@ def _check_cann_package_input(
     if meta["kind"] != kind:
         raise AcceldeployError(f"{variable} is a {meta['kind']} package: {meta['name']}")
     if not same_version(meta["version"], required):
+        hint = other_stacks_hint(stack_entry, "compatible_cann", meta["version"])
         raise AcceldeployError(
             f"{variable} is CANN {meta['version']} ({meta['name']}) but vllm-ascend "
-            f"v{stack_entry['vllm_ascend']} needs CANN {required}"
+            f"v{stack_entry['vllm_ascend']} needs CANN {required} (stack "
+            f"{stack_entry.get('name', 'ascend')}): give the CANN {required} {kind} package{hint}"
         )
 
 
@@ -352,13 +355,15 @@ def _wrong_cann_message(host: AscendHost) -> str:
         found = f"CANN {toolkit.version} is installed ({toolkit.path})"
     older = toolkit is not None and version_key(toolkit.version) < version_key(required)
     alternative = (
-        f", or pin a vllm-ascend release built for CANN {toolkit.version} in "
+        other_stacks_hint(host.stack, "compatible_cann", toolkit.version)
+        or f", or pin a vllm-ascend release built for CANN {toolkit.version} in "
         f"{host.stack.get('file', 'versions/stacks.yml')}"
         if toolkit
         else ""
     )
     return (
-        f"{found} but vllm-ascend v{host.stack['vllm_ascend']} needs CANN {required}"
+        f"{found} but vllm-ascend v{host.stack['vllm_ascend']} needs CANN {required} (stack "
+        f"{host.stack.get('name', 'ascend')})"
         f"{f' ({toolkit.version} is older)' if older and toolkit else ''}: install CANN "
         f"{required} (toolkit, "
         "kernels and nnal: set ascend_runtime_cann_toolkit_package, "
@@ -398,8 +403,9 @@ def check_driver_supports_cann(host: AscendHost) -> None:
     if driver.family and supported and driver.family not in supported and not listed_by_driver:
         host.error(
             f"Ascend driver {driver.version} ({driver.family}) is not one CANN "
-            f"{host.required_cann} supports ({', '.join(sorted(supported))}): upgrade the "
-            "Ascend HDK driver and firmware"
+            f"{host.required_cann} supports ({', '.join(sorted(supported))}; stack "
+            f"{host.stack.get('name', 'ascend')}): upgrade the Ascend HDK driver and firmware"
+            f"{other_stacks_hint(host.stack, 'cann_compatible_drivers', driver.family)}"
         )
 
 

@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner.stacks import listed, other_stacks_hint
 from acceldeploy.runtimes.probe import (
     GateRun,
     device_node_errors,
@@ -116,6 +117,8 @@ def gaudi_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[s
             f"gaudi_runtime_hccl_libfabric_root must be an absolute path in the image, "
             f"got {libfabric!r}"
         )
+    software = str(inputs.get("software") or stack_entry["software"])
+    _check_software(software, stack_entry)
     return {
         **inputs,
         "hccl_comm_id": comm_id,
@@ -123,11 +126,24 @@ def gaudi_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[s
         "driver_match": match,
         "devices": devices,
         "image": image,
-        "software": str(inputs.get("software") or stack_entry["software"]),
+        "software": software,
         "pull_ref": pull,
         "tarball_path": _tarball_path(inputs),
         "hccl_min_nw_gbps": minimum,
     }
+
+
+def _check_software(software: str, stack_entry: dict[str, Any]) -> None:
+    """gaudi_runtime_software against the Intel Gaudi releases the stack's vLLM supports."""
+    allowed = stack_entry.get("compatible_software") or [stack_entry["software"]]
+    if listed(software, allowed):
+        return
+    raise AcceldeployError(
+        f"gaudi_runtime_software is {software} but stack {stack_entry['name']} (vLLM "
+        f"{stack_entry['vllm']}) runs on Intel Gaudi software {', '.join(map(str, allowed))} "
+        f"only: leave gaudi_runtime_software empty (the stack's {stack_entry['software']})"
+        f"{other_stacks_hint(stack_entry, 'compatible_software', software)}"
+    )
 
 
 def gaudi_hccl_argv(stack_entry: dict[str, Any], options: dict[str, Any]) -> list[str]:
@@ -245,12 +261,20 @@ def check_driver_matches_software(host: GaudiHost) -> None:
         series = ".".join(str(x) for x in _software(software)[:width])
         host.error(
             f"habanalabs driver {info.driver_version} (hl-smi: Driver Version "
-            f"{info.driver}) does not match Intel Gaudi software {software} of the "
-            f"pinned image {host.image_ref}: install the {series}.x driver and firmware "
-            "(habanalabs-installer.sh of that release), or pin an image built for "
-            f"{'.'.join(str(x) for x in _software(info.driver_version)[:width])} in "
-            f"{host.stack.get('file', 'versions/stacks.yml')}"
+            f"{info.driver}) does not match Intel Gaudi software {software} of stack "
+            f"{host.stack.get('name', 'gaudi')}'s image {host.image_ref}: install the {series}.x "
+            "driver and firmware "
+            "(habanalabs-installer.sh of that release)"
+            f"{_driver_hint(host, info.driver_version, width)}"
         )
+
+
+def _driver_hint(host: GaudiHost, driver: str, width: int) -> str:
+    """How else to fit the driver: another stack for its release, or an image built for it."""
+    series = ".".join(str(x) for x in _software(driver)[:width])
+    return other_stacks_hint(host.stack, "compatible_software", driver) or (
+        f", or pin an image built for {series} in {host.stack.get('file', 'versions/stacks.yml')}"
+    )
 
 
 def _parsed(host: GaudiHost, name: str, parser: Callable[[str], T], label: str) -> T | None:

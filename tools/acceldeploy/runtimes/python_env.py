@@ -25,7 +25,7 @@ from packaging.version import Version
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import targets
 from acceldeploy.planner.platforms import CONTAINER, get_platform
-from acceldeploy.planner.stacks import lock_requirements, stack
+from acceldeploy.planner.stacks import host_stack, lock_requirements
 from acceldeploy.runtimes.versions import normalize_name
 
 MANAGERS = ("conda", "venv", "container")
@@ -72,11 +72,21 @@ def _as_list(value: Any) -> list[str]:
     return [str(v) for v in value]
 
 
+def _chosen(options: Mapping[str, Any]) -> str:
+    """The host's acceldeploy_stack (python_env_stack), empty for the platform's default."""
+    return str(options.get("stack") or "")
+
+
+def _stack(platform: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The stack the host runs (versions/stacks.yml or python_env_stacks_file)."""
+    return host_stack(platform, _chosen(options), options.get("stacks_file") or None)
+
+
 def _platform_and_manager(options: Mapping[str, Any]) -> tuple[str, str]:
     """acceldeploy_platform and python_env_manager (default: the platform's ``runtime`` in
     data/platforms.yml), checked to fit each other."""
     platform = str(options.get("platform") or "")
-    runtime = get_platform(platform, options.get("stacks_file") or None).runtime
+    runtime = get_platform(platform, options.get("stacks_file") or None, _chosen(options)).runtime
     manager = str(options.get("manager") or runtime)
     if manager not in MANAGERS:
         raise AcceldeployError(
@@ -160,7 +170,7 @@ def _check_venv_python(
     needs = f"acceldeploy needs Python {low} to {high} on the host"
     if stack:
         needs += (
-            f" and the {platform} stack (vLLM {entry['vllm']}) needs Python {requires}"
+            f" and stack {entry['name']} (vLLM {entry['vllm']}) needs Python {requires}"
             f"{entry.get('requires_python_why') or ''}"
         )
     default = (
@@ -227,7 +237,7 @@ def env_prefix(options: Mapping[str, Any]) -> str | None:
     platform, manager = _platform_and_manager(options)
     if manager == "container":
         return None
-    entry = stack(platform, options.get("stacks_file") or None) if manager == "conda" else {}
+    entry = _stack(platform, options) if manager == "conda" else {}
     return _prefix(manager, entry, options)
 
 
@@ -463,6 +473,7 @@ def _plan(
         "platform": platform,
         "manager": manager,
         "stack": {k: v for k, v in entry.items() if k != "file"},
+        "stack_name": str(entry["name"]),
         "env": env,
         "prefix": env,
         "python": py,
@@ -511,7 +522,7 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     Sources (index, mirror, find-links) are not part of the key: moving the mirror does not
     rebuild anything."""
     platform, manager = _platform_and_manager(options)
-    entry = stack(platform, options.get("stacks_file") or None)
+    entry = _stack(platform, options)
     _check_sources(options)
     extra = _extra_packages(options)
     _check_venv_python(options, entry, platform, manager)
@@ -577,6 +588,7 @@ def _container_plan(entry: dict[str, Any], options: dict[str, Any]) -> dict[str,
         "platform": "gaudi",
         "manager": "container",
         "stack": {k: v for k, v in entry.items() if k != "file"},
+        "stack_name": str(entry["name"]),
         "env": "",
         "prefix": None,
         "python": "",
@@ -584,7 +596,7 @@ def _container_plan(entry: dict[str, Any], options: dict[str, Any]) -> dict[str,
         "image": image,
         "run_argv": [*run, image],
         "run_command": shlex.join([*run, image]),
-        "summary": f"container {image} for gaudi: HabanaAI vllm-fork {entry['vllm_fork_ref']}",
+        "summary": f"container {image} for gaudi: stack {entry['name']}, vLLM {entry['vllm']}",
         "verify_argv": check,
         "verify_command": shlex.join(check),
         "steps": [],

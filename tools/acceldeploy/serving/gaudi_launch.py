@@ -18,6 +18,11 @@ value the service sets in its own env wins. Also from the script: VLLM_ZERO_PADD
 when in_min == in_max, VLLM_PROMPT_USE_FUSEDSDPA=true, VLLM_EXPONENTIAL_BUCKETING=false,
 PT_HPU_ENABLE_LAZY_COLLECTIVES=true with more than one HPU, and the warm-up recipe cache
 `PT_HPU_RECIPE_CACHE_CONFIG=<dir>,false,16384` (utils.sh `set_perf_tuning`).
+
+The names the values are set under are the host's stack's (versions/stacks.yml `bucketing`,
+planner.stacks.DEFAULT_BUCKETING): the fork reads `VLLM_PROMPT_SEQ_BUCKET_*`, the vllm-gaudi
+plugin `VLLM_PROMPT_QUERY_BUCKET_*` (the SEQ names are only its deprecated fallback) and not
+`VLLM_ZERO_PADDING`; an empty name is not set.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.engineopts import option_name
+from acceldeploy.planner.stacks import DEFAULT_BUCKETING
 
 DEFAULT_MAX_NUM_SEQS = 128  # utils.sh PREFERED_NUM_SEQS
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # utils.sh PREFERED_BATCHED_TOKENS
@@ -136,8 +142,9 @@ def option(options: Mapping[str, Any], flag: str) -> Any:
     return None
 
 
-def linear_bucketing(shape: Shape) -> dict[str, str]:
-    """utils.sh set_linear_bucketing, line for line (see the module docstring)."""
+def linear_bucketing(shape: Shape, names: Mapping[str, str] = DEFAULT_BUCKETING) -> dict[str, str]:
+    """utils.sh set_linear_bucketing, line for line (see the module docstring), under the
+    stack's names (``names``: planner.stacks.bucketing)."""
     b = shape.block_size
     prompt_bs_max = shape.max_num_batched_tokens // ceil(shape.input_min, b)
     prompt_bs_max = max(min(ceil(prompt_bs_max, 1), shape.max_num_seqs), 1)
@@ -146,28 +153,31 @@ def linear_bucketing(shape: Shape) -> dict[str, str]:
     decode_block_min = ceil_div(ceil_div(shape.input_min, b), b)
     max_context_blocks = ceil_div(shape.input_max + shape.output_max, b) + 1
     decode_block_max = ceil(max_context_blocks * decode_bs_max, b)
-    values = {
-        "VLLM_EXPONENTIAL_BUCKETING": "false",
-        "VLLM_PROMPT_BS_BUCKET_MIN": 1,
-        "VLLM_PROMPT_BS_BUCKET_STEP": 1,
-        "VLLM_PROMPT_BS_BUCKET_MAX": prompt_bs_max,
-        "VLLM_PROMPT_SEQ_BUCKET_MIN": ceil(shape.input_min, b),
-        "VLLM_PROMPT_SEQ_BUCKET_STEP": b,
-        "VLLM_PROMPT_SEQ_BUCKET_MAX": ceil(shape.input_max, b),
-        "VLLM_DECODE_BS_BUCKET_MIN": 1,
-        "VLLM_DECODE_BS_BUCKET_STEP": decode_bs_step,
-        "VLLM_DECODE_BS_BUCKET_MAX": decode_bs_max,
-        "VLLM_DECODE_BLOCK_BUCKET_MIN": decode_block_min,
-        "VLLM_DECODE_BLOCK_BUCKET_STEP": b,
-        "VLLM_DECODE_BLOCK_BUCKET_MAX": decode_block_max,
+    ranges = {
+        "prompt_bs": (1, 1, prompt_bs_max),
+        "prompt_len": (ceil(shape.input_min, b), b, ceil(shape.input_max, b)),
+        "decode_bs": (1, decode_bs_step, decode_bs_max),
+        "decode_block": (decode_block_min, b, decode_block_max),
     }
-    return {k: str(v) for k, v in values.items()}
+    values = {"VLLM_EXPONENTIAL_BUCKETING": "false"}
+    for role, (low, step, high) in ranges.items():
+        prefix = names[role]
+        values.update({f"{prefix}_MIN": str(low), f"{prefix}_STEP": str(step),
+                       f"{prefix}_MAX": str(high)})  # fmt: skip
+    return values
 
 
-def service_env(shape: Shape, devices: Sequence[int], recipe_cache: str) -> dict[str, str]:
-    """Bucketing, padding, FusedSDPA, lazy collectives and the recipe cache for one service."""
-    env = linear_bucketing(shape)
-    env["VLLM_ZERO_PADDING"] = "false" if shape.input_min == shape.input_max else "true"
+def service_env(
+    shape: Shape,
+    devices: Sequence[int],
+    recipe_cache: str,
+    names: Mapping[str, str] = DEFAULT_BUCKETING,
+) -> dict[str, str]:
+    """Bucketing, padding, FusedSDPA, lazy collectives and the recipe cache for one service,
+    under the stack's names."""
+    env = linear_bucketing(shape, names)
+    if names["zero_padding"]:
+        env[names["zero_padding"]] = "false" if shape.input_min == shape.input_max else "true"
     env["VLLM_PROMPT_USE_FUSEDSDPA"] = "true"
     if len(devices) > 1:
         env["PT_HPU_ENABLE_LAZY_COLLECTIVES"] = "true"

@@ -1,7 +1,7 @@
 """One plan per host: inventory variables in, every service's unit out.
 
 `plan_host(hostvars)` is the one pipeline from a host's variables to its ServiceUnits:
-platform (profile + pinned stack) -> services -> launches (render.py, with the launcher's hook)
+platform (profile + the host's stack) -> services -> launches (render.py, with the launcher's hook)
 -> units (unit.py). Preflight, roles/vllm_service, tools/verify.py and `plan.py render` all
 call it, so all four show the same command. `PLAN_VARS` names every variable it reads: the
 roles gather exactly these (`query('ansible.builtin.vars', ...)`), the tools read them from the
@@ -18,7 +18,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.roledefaults import value
-from acceldeploy.planner.engineopts import engine_options
+from acceldeploy.planner.engineopts import platform_engine
 from acceldeploy.planner.platforms import Platform, get_platform
 from acceldeploy.serving import cluster, raynode
 from acceldeploy.serving.launchers import launcher_for
@@ -33,6 +33,7 @@ ENV_KEYS = ("manager", "venv_path", "conda_root", "conda_env_path", "stacks_file
 DEFAULT_MODELS_ROOT = "/models"
 PLAN_VARS: tuple[str, ...] = (
     "acceldeploy_platform",
+    "acceldeploy_stack",
     "acceldeploy_services",
     "acceldeploy_models_root",
     *(f"python_env_{key}" for key in ENV_KEYS),
@@ -85,7 +86,11 @@ def env_inputs(hostvars: Mapping[str, Any]) -> dict[str, Any]:
     for key, given in inputs.items():
         if given is None:
             inputs[key] = value({}, f"python_env_{key}") or None
-    return {"platform": str(hostvars.get("acceldeploy_platform") or ""), **inputs}
+    return {
+        "platform": str(hostvars.get("acceldeploy_platform") or ""),
+        "stack": str(hostvars.get("acceldeploy_stack") or ""),
+        **inputs,
+    }
 
 
 def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
@@ -96,11 +101,10 @@ def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
             f"python_env_stacks_file {stacks_file} does not exist; point it at a stacks file "
             "of the shape of versions/stacks.yml, or leave it empty for that one"
         )
-    platform = get_platform(inputs["platform"], inputs["stacks_file"])
+    platform = get_platform(inputs["platform"], inputs["stacks_file"], inputs["stack"])
     services = parse_services(hostvars.get("acceldeploy_services") or [], platform.name)
-    engine = engine_options(platform.engine_options)
-    for service in services:
-        check_engine_values(service, engine)
+    for service in services:  # the engine options only when a service needs them
+        check_engine_values(service, platform_engine(platform))
         cluster.check_node_env(service, platform)
     context = HostContext(
         models_root=str(_set(hostvars, "acceldeploy_models_root") or DEFAULT_MODELS_ROOT),

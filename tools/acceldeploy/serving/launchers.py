@@ -249,7 +249,7 @@ class ContainerLauncher(Launcher):
         sized = gaudi_launch.shape_for(service.name, length, options, shape, block)
         recipes = f"{cache_dir}/hpu-recipes"
         return (
-            gaudi_launch.service_env(sized, service.devices, recipes),
+            gaudi_launch.service_env(sized, service.devices, recipes, self.platform.bucketing),
             gaudi_launch.engine_options(options, sized),
         )
 

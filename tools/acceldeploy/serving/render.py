@@ -199,7 +199,7 @@ def engine_options(service: Service, platform: Platform, length: int) -> dict[st
     if service.limit_mm_per_prompt is not None:
         options["limit-mm-per-prompt"] = service.limit_mm_per_prompt
     options.update(platform.default_args)
-    engine = engineopts.engine_options(platform.engine_options)
+    engine = engineopts.platform_engine(platform)
     engine.check(service.extra_args, f"{service.where}.extra_args")
     options.update(service.extra_args)
     return options

