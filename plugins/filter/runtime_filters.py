@@ -106,24 +106,36 @@ def python_env_record_key(record_text: str) -> str:
     return runtimes.record_key(str(record_text))
 
 
-def python_env_wheel_fetch_argv(python: str, cache: str, controller_python: str) -> list[str]:
-    """'3.13' | python_env_wheel_fetch_argv(cache, ansible_playbook_python): the command that
-    adds that CPython's wheels of the cpu stack's lock to ``<cache>/wheels`` (the acceldeploy
-    package is importable there: Ansible's own Python imports it for these filters)."""
-    return [
-        str(controller_python),
-        *("-m", "acceldeploy.downloads.wheelhouse", "fetch", "--cache", str(cache)),
-        *("--python-version", str(python)),
-    ]
+def python_env_wheel_fetch_argv(
+    spec: Mapping[str, Any],
+    cache: str,
+    target: Mapping[str, Any],
+    controller_python: str,
+    stacks_file: str = "",
+) -> list[str]:
+    """python_env_spec | python_env_wheel_fetch_argv(cache, preflight_target,
+    ansible_playbook_python, python_env_stacks_file): the command that adds the wheels of the
+    host's cpu stack (its vLLM version and lock) for its venv's CPython to ``<cache>/wheels``
+    (the acceldeploy package is importable there: Ansible's own Python imports it for these
+    filters)."""
+    wanted = target.get("stack_wheels") or {}
+    return wheelcache.fetch_argv(
+        plain(spec), str(cache), str(wanted.get("python", "")), str(controller_python),
+        str(stacks_file or "") or None,
+    )  # fmt: skip
 
 
 def python_env_wheel_errors(
-    spec: Mapping[str, Any], cache: str, target: Mapping[str, Any], controller_python: str
+    spec: Mapping[str, Any],
+    cache: str,
+    target: Mapping[str, Any],
+    controller_python: str,
+    stacks_file: str = "",
 ) -> list[str]:
-    """python_env_spec | python_env_wheel_errors(cache, preflight_target, ansible_playbook_python):
-    what ``<cache>/wheels`` lacks for the host's venv interpreter, naming the command."""
-    wanted = target.get("stack_wheels") or {}
-    argv = python_env_wheel_fetch_argv(str(wanted.get("python", "")), cache, controller_python)
+    """python_env_spec | python_env_wheel_errors(cache, preflight_target, ansible_playbook_python,
+    python_env_stacks_file): what ``<cache>/wheels`` lacks for the host's venv interpreter,
+    naming the command that adds it."""
+    argv = python_env_wheel_fetch_argv(spec, cache, target, controller_python, stacks_file)
     command = f"PYTHONPATH=tools {' '.join(argv)}"
     return wheelcache.stack_wheel_errors(plain(spec), str(cache), plain(target), command)
 

