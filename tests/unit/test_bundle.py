@@ -361,3 +361,36 @@ def test_room_is_checked_before_anything_is_written(
     with pytest.raises(AcceldeployError, match=r"needs 4\.00 GiB more and 1\.00 GiB is free"):
         build.check_room(tmp_path, 4 * 2**30)
     build.check_room(tmp_path, 2**29)
+
+
+def test_a_class_on_another_stack_fetches_that_stacks_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cpu-vllm-0.13.0 host class on a cache without its wheels: the fetch is 0.13.0's, with
+    its lock (wheelhouse.fetch alone fetches the default stack's, 0.12.0)."""
+    from acceldeploy.bundle import build
+    from acceldeploy.bundle.hostclass import HostClass
+    from acceldeploy.downloads import wheelhouse
+    from acceldeploy.planner.stacks import host_stack, lock_requirements
+
+    asked: list[dict[str, object]] = []
+
+    def fetch(cache: Path, lock: Path, **kwargs: object) -> dict[str, object]:
+        asked.append({"lock": lock, **kwargs})
+        wheels = wheelhouse.wheels_dir(cache)
+        wheels.mkdir(parents=True, exist_ok=True)
+        for pin in pins:
+            name, version = pin.split("==")
+            (wheels / f"{wheelhouse.wheel_dist(name)}-{version}-py3-none-any.whl").write_bytes(b"")
+        return {"skipped": False}
+
+    pins = lock_requirements(host_stack("cpu", "cpu-vllm-0.13.0"))
+    monkeypatch.setattr(build.wheelhouse, "fetch", fetch)
+    klass = HostClass("cpu", "cpu-vllm-0.13.0", "3.11", "x86_64", 36, "3.11", False)
+    chosen = build.stack_wheels(klass, pins, tmp_path, lambda _: None)
+    assert asked == [{"lock": wheelhouse.lock_path("0.13.0"), "python_version": "3.11",
+                      "vllm_version": "0.13.0"}]  # fmt: skip
+    assert len(chosen) == len(pins)
+    with pytest.raises(AcceldeployError, match=r"vllm-cpu-0\.13\.0\.txt was resolved for x86_64"):
+        build.stack_wheels(HostClass("cpu", "cpu-vllm-0.13.0", "3.11", "aarch64", 36, "3.11",
+                                     False), pins, tmp_path, lambda _: None)  # fmt: skip

