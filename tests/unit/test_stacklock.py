@@ -14,9 +14,11 @@ real file has no such line). Two ways in:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -385,3 +387,72 @@ def test_the_probe_reports_a_missing_hl_smi(tmp_path: Path) -> None:
     stdout = run_probe(inputs)
     assert targets.Facts.parse(stdout).commands["hl_smi"]["found"] is False
     assert "hl-smi not found" in refused(stdout, inputs)
+
+
+# ---------------------------------------------------------------------------- the playbook
+
+
+def test_preflight_refuses_at_first_contact_before_any_change(tmp_path: Path) -> None:
+    """playbooks/preflight.yml on two example hosts reached with the local connection, their
+    runtime variables pointing at recorded files in a temporary root: CANN 8.2.RC1 on the
+    Ascend host, an hl-smi printing driver 1.24.0 on the Gaudi host. Both are refused at the
+    first contact, in the first play, naming their stack; nothing changed."""
+    home = tmp_path / "usr/local/Ascend"
+    plant(tmp_path, f"{HOME}/driver/version.info", DRIVER)
+    plant(tmp_path, f"{HOME}/firmware/version.info", FIRMWARE)
+    plant(
+        tmp_path,
+        f"{HOME}/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info",
+        "ascend-toolkit-install-info-cann-8.2.RC1.txt",
+    )
+    tool = tmp_path / "bin" / "hl-smi"
+    tool.parent.mkdir()
+    tool.write_text(
+        f"#!/bin/sh\nexec tail -n +2 '{recorded_path('hl-smi-gaudi2e-hl288e-x8.txt')}'\n"
+    )
+    tool.chmod(0o755)
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    examples = ROOT / "inventory" / "examples"
+    ascend_vars = yaml.safe_load((examples / "ascend-910b/group_vars/all.yml").read_text())
+    gaudi_vars = yaml.safe_load((examples / "gaudi2/group_vars/all.yml").read_text())
+    hosts = {
+        "npu-local": {
+            **ascend_vars,
+            **local,
+            "ascend_runtime_home": str(home),
+            "ascend_runtime_toolkit_info": [
+                f"{home}/ascend-toolkit/latest/*-linux/ascend_toolkit_install.info"
+            ],
+        },
+        "hpu-local": {**gaudi_vars, **local, "gaudi_runtime_hl_smi": str(tool)},
+    }
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+         str(ROOT / "playbooks/preflight.yml")],
+        capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+             "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    data = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert [p["play"]["name"] for p in data["plays"]] == [
+        "Preflight - check the inventory before changing any host"
+    ]
+    assert all(s["changed"] == 0 and s["unreachable"] == 0 for s in data["stats"].values())
+    first_contact = "A supported target, with every interpreter the stages use and the stack's versions (fails naming the fix)"  # fmt: skip
+    failed = {
+        host: str(result.get("msg", ""))
+        for task in data["plays"][0]["tasks"]
+        if task["task"]["name"].endswith(first_contact)
+        for host, result in task["hosts"].items()
+        if result.get("failed")
+    }
+    assert set(failed) == {"npu-local", "hpu-local"}, data["plays"][0]["tasks"][-1]
+    assert "CANN 8.2.RC1 is installed" in failed["npu-local"]
+    assert "acceldeploy_stack = ascend-vllm-0.12.0rc1 (the ascend default)" in failed["npu-local"]
+    hpu = failed["hpu-local"]
+    assert "habanalabs driver 1.24.0 (hl-smi: Driver Version 1.24.0-bb94c81)" in hpu
+    assert "acceldeploy_stack = gaudi-fork-1.22 (the gaudi default)" in hpu
