@@ -10,8 +10,9 @@ from typing import Any
 
 from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import bounds, targets, varcheck
+from acceldeploy.inventory import bounds, varcheck
 from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.runtimes import stacklock
 from acceldeploy.serving import cluster, hostplan
 from acceldeploy.state import drift
 
@@ -102,13 +103,15 @@ def acceldeploy_variable_pattern(_: Any = None) -> str:
 
 
 def acceldeploy_target_probe(inputs: Mapping[str, Any]) -> str:
-    """Preflight's first contact: the read-only shell probe for every interpreter in use."""
-    return targets.probe_script(targets.probe_pythons(plain(dict(inputs))))
+    """Preflight's first contact: the read-only shell probe for every interpreter in use and
+    the runtime's version files and tools (the stack lock)."""
+    return stacklock.probe_script(plain(dict(inputs)))
 
 
 def acceldeploy_target(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The probe's output -> the host's target facts, with every refusal naming the fix."""
-    return targets.check(str(stdout), plain(dict(inputs)))
+    """The probe's output -> the host's target facts and its stack lock, with every refusal
+    naming the fix."""
+    return stacklock.check(str(stdout), plain(dict(inputs)))
 
 
 @cache

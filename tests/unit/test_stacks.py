@@ -243,7 +243,8 @@ def test_first_contact_cann_and_driver_against_the_hosts_stack() -> None:
     assert not verdict["ok"]
     assert (
         "CANN 8.3.RC2 is installed (/usr/local/Ascend/ascend-toolkit/8.3.RC2/aarch64-linux) but "
-        "vllm-ascend v0.13.0 needs CANN 8.5.0 (stack ascend-vllm-0.13.0)"
+        "vllm-ascend v0.13.0 needs CANN 8.5.0 (acceldeploy_stack = ascend-vllm-0.13.0; "
+        "compatible_cann: 8.5.0)"
     ) in verdict["message"]
     assert "or set acceldeploy_stack to ascend-vllm-0.12.0rc1" in verdict["message"]
     assert ascend.ascend_gate(ascend_probe(cann="8.3.RC2"), stacks.stack("ascend"), dict(OPTIONS))[
@@ -258,7 +259,8 @@ def test_first_contact_gaudi_driver_against_the_hosts_stack() -> None:
     assert not verdict["ok"]
     assert (
         "habanalabs driver 1.22.1 (hl-smi: Driver Version 1.22.1-97ec1a4) does not match Intel "
-        "Gaudi software 1.23.0 of stack gaudi-vllm-0.13.0's image acceldeploy/vllm-gaudi:v0.13.0"
+        "Gaudi software 1.23.0 (acceldeploy_stack = gaudi-vllm-0.13.0; compatible_software: "
+        "1.23.0; image acceldeploy/vllm-gaudi:v0.13.0; gaudi_runtime_driver_match: minor)"
     ) in verdict["message"], verdict["message"]
     assert "or set acceldeploy_stack to gaudi-fork-1.22" in verdict["message"]
 

@@ -1,15 +1,18 @@
 """The operating systems acceldeploy deploys to (data/targets.yml) and preflight's first contact
 with each host: one read-only shell probe (``probe_script``, run with Ansible's ``raw`` so it
 needs no Python on the host) gives the release, systemd's version, the architecture, glibc and
-the version of every interpreter a stage will use; ``check`` refuses an unsupported target
-naming the variable and the fix, and returns what later stages need (the fetch wheel set).
+the version of every interpreter a stage will use, and reads the files and runs the read-only
+commands a caller names (the runtime's version files and tools, for the stack lock in
+acceldeploy.runtimes.stacklock) into the shape the runtime roles' probe module returns;
+``check`` refuses an unsupported target naming the variable and the fix, and returns what
+later stages need (the fetch wheel set).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,14 +24,73 @@ from acceldeploy.errors import AcceldeployError
 
 MARK = "== "
 PYTHON_VERSION = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+# The first body line of a file or command section: "@ <path>[ rc=<n>]" found, "@- <path>" not.
+FOUND, ABSENT = "@ ", "@- "
+# Where a command is looked up after PATH, and how long it may take: as the runtime roles'
+# probe module (plugins/modules/acceldeploy_probe.py) does.
+SEARCH_DIRS = ("/usr/local/bin", "/usr/local/sbin", "/usr/sbin", "/sbin")
+COMMAND_TIMEOUT = 60
+GLOB = re.compile(r"(\*|\?|\[[^\]/]+\])")
 
 
 def table() -> dict[str, Any]:
     return load("targets")
 
 
-def probe_script(pythons: Mapping[str, str]) -> str:
-    """POSIX sh printing one ``== name`` section per fact; ``pythons`` is label -> command."""
+def glob_word(pattern: str) -> str:
+    """A path pattern as one sh word: its glob characters (``*``, ``?``, ``[...]``) stay
+    active, everything else is quoted."""
+    parts = GLOB.split(pattern)
+    return "".join(p if i % 2 else shlex.quote(p) for i, p in enumerate(parts) if p)
+
+
+def file_lines(name: str, patterns: Sequence[str]) -> str:
+    """sh reading the first existing file that matches one of ``patterns`` (in order, each
+    glob's matches sorted), as the probe module's ``files`` do."""
+    words = " ".join(glob_word(p) for p in patterns)
+    first = shlex.quote(f"{ABSENT}{patterns[0] if patterns else ''}")
+    return (
+        f"echo '{MARK}file {name}'; found=; "
+        f'for f in {words}; do if [ -f "$f" ]; then found=$f; break; fi; done; '
+        f'if [ -n "$found" ]; then printf \'{FOUND}%s\\n\' "$found"; cat "$found"; echo; '
+        f"else printf '%s\\n' {first}; fi"
+    )
+
+
+def command_lines(name: str, argv: Sequence[str]) -> str:
+    """sh running one read-only command (looked up on PATH, then in SEARCH_DIRS, as the probe
+    module does; at most COMMAND_TIMEOUT seconds where ``timeout`` exists), its output after
+    ``@ <path> rc=<n>``; ``@- <name>`` when the binary is not there."""
+    binary = shlex.quote(str(argv[0]))
+    args = " ".join(shlex.quote(str(a)) for a in argv[1:])
+    search = " ".join(f"{d}/{binary}" for d in SEARCH_DIRS)
+    lookup = (
+        f"b=; if [ -x {binary} ]; then b={binary}; fi"
+        if "/" in str(argv[0])
+        else f"b=$(command -v {binary} 2>/dev/null); "
+        f'case "$b" in /*) ;; *) b=; for c in {search}; do '
+        f'if [ -x "$c" ]; then b=$c; break; fi; done;; esac'
+    )
+    run = (
+        f"t=; command -v timeout >/dev/null 2>&1 && t='timeout {COMMAND_TIMEOUT}'; "
+        f'out=$($t "$b" {args} 2>&1); rc=$?; '
+        f'printf \'{FOUND}%s rc=%s\\n\' "$b" "$rc"; printf \'%s\\n\' "$out"'
+    )
+    absent = shlex.quote(f"{ABSENT}{argv[0]}")
+    return (
+        f"echo '{MARK}command {name}'; {lookup}; "
+        f"if [ -n \"$b\" ]; then {run}; else printf '%s\\n' {absent}; fi"
+    )
+
+
+def probe_script(
+    pythons: Mapping[str, str],
+    files: Mapping[str, Sequence[str]] | None = None,
+    commands: Mapping[str, Sequence[str]] | None = None,
+) -> str:
+    """POSIX sh printing one ``== name`` section per fact; ``pythons`` is label -> command,
+    ``files`` name -> path patterns (the first existing match is read), ``commands`` name ->
+    argv of a read-only command."""
     lines = [
         f"echo '{MARK}os-release'; cat /etc/os-release 2>/dev/null",
         f"echo '{MARK}systemd'; systemctl --version 2>/dev/null | head -n 1",
@@ -42,6 +104,8 @@ def probe_script(pythons: Mapping[str, str]) -> str:
             f"if command -v {exe} >/dev/null 2>&1; "
             f"then {exe} -c {shlex.quote(PYTHON_VERSION)} 2>&1; else echo 'not found'; fi"
         )
+    lines += [file_lines(name, list(patterns)) for name, patterns in (files or {}).items()]
+    lines += [command_lines(name, list(argv)) for name, argv in (commands or {}).items()]
     return "\n".join(lines) + "\n"
 
 
@@ -65,6 +129,44 @@ def _os_release(text: str) -> dict[str, str]:
     return values
 
 
+def _status(text: str) -> tuple[str | None, str, str]:
+    """A file or command section -> (its path when found, else None; rc; the text after)."""
+    first, _, rest = text.partition("\n")
+    if first.startswith(FOUND):
+        path, _, rc = first[len(FOUND) :].partition(" rc=")
+        return path.strip(), rc.strip(), rest
+    return None, "", first[len(ABSENT) :].strip() if first.startswith(ABSENT) else ""
+
+
+def _probed_files(sections: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``== file <name>`` sections as the probe module's ``files``: {path, exists, content}."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, text in sections.items():
+        if name.startswith("file "):
+            path, _, rest = _status(text)
+            where = path if path is not None else rest
+            content = rest + "\n" if path is not None else None
+            found[name[5:]] = {"path": where, "exists": path is not None, "content": content}
+    return found
+
+
+def _probed_commands(sections: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``== command <name>`` sections as the probe module's ``commands`` (stderr is in stdout:
+    the probe runs the command with 2>&1)."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, text in sections.items():
+        if name.startswith("command "):
+            path, rc, rest = _status(text)
+            found[name[8:]] = {
+                "found": path is not None,
+                "path": path or "",
+                "rc": int(rc) if rc.isdigit() else None,
+                "stdout": rest + "\n" if path is not None else "",
+                "stderr": "",
+            }
+    return found
+
+
 def _python_version(text: str) -> str | None:
     match = re.fullmatch(r"(\d+)\.(\d+)\.\d+", text.strip())
     return f"{match[1]}.{match[2]}" if match else None
@@ -81,6 +183,9 @@ class Facts:
     arch: str
     glibc_minor: int | None
     pythons: dict[str, str | None] = field(default_factory=dict)
+    # What the probe read for a caller, in the runtime probe module's shape (not in to_dict).
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    commands: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, stdout: str) -> Facts:
@@ -100,7 +205,13 @@ class Facts:
                 for name, text in sections.items()
                 if name.startswith("python ")
             },
+            files=_probed_files(sections),
+            commands=_probed_commands(sections),
         )
+
+    def probe(self) -> dict[str, Any]:
+        """What the runtime gates read (acceldeploy.runtimes.probe): arch, files, commands."""
+        return {"arch": self.arch, "files": self.files, "commands": self.commands}
 
     def to_dict(self) -> dict[str, Any]:
         return {

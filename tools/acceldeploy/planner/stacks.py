@@ -208,6 +208,14 @@ def host_stack(platform: str, chosen: str = "", path: str | Path | None = None) 
     return entry
 
 
+def stack_label(entry: Mapping[str, Any]) -> str:
+    """How a refusal names the host's stack: ``acceldeploy_stack = <name>`` (and whether it is
+    the platform's default, which a host runs when it sets none)."""
+    name = entry.get("name") or f"of {entry.get('platform', 'the platform')}"
+    default = f" (the {entry['platform']} default)" if entry.get("default") else ""
+    return f"{STACK_VAR} = {name}{default}"
+
+
 def other_stacks_hint(entry: Mapping[str, Any], key: str, value: Any) -> str:
     """ ", or set acceldeploy_stack to <the stacks of the same platform whose `key` list admits
     `value`>", empty when none does."""

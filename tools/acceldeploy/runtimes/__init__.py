@@ -16,6 +16,8 @@ plugins/filter/runtime_filters.py. Templates and tasks only print what comes bac
 - ``gaudi``: options, hccl_demo, the Docker daemon's runtimes and ``gaudi_gate`` (driver
   matches the image's Intel Gaudi software, habana runtime registered, module ids, NUMA
   nodes, image present or loadable).
+- ``stacklock``: preflight's first contact runs the gates' version checks (driver, firmware,
+  CANN, habanalabs driver) on what its read-only probe read, before any host changes.
 - ``python_env``: ``env_prefix``, ``python_env_plan`` (the exact commands for venv / conda /
   container, and the key that decides whether the environment is rebuilt) and
   ``python_env_verify``.

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.planner.stacks import other_stacks_hint
+from acceldeploy.planner.stacks import other_stacks_hint, stack_label
 from acceldeploy.runtimes.probe import (
     GateRun,
     Verdict,
@@ -322,9 +322,12 @@ def check_driver(host: AscendHost) -> None:
     """The driver's version.info exists and reads."""
     text, path = probed_file(host.probe, "driver")
     if text is None:
+        drivers = ", ".join(host.stack.get("cann_compatible_drivers") or []) or "its drivers"
         host.error(
-            f"Ascend driver not installed: {path} not found; install the Ascend HDK driver and "
-            f"firmware that CANN {host.required_cann} supports, then rerun"
+            f"Ascend driver not installed: {path} not found; {stack_label(host.stack)} runs "
+            f"CANN {host.required_cann}, which supports the drivers {drivers} "
+            "(cann_compatible_drivers): install such an Ascend HDK driver and its firmware "
+            "(acceldeploy never installs the driver), then rerun"
         )
         return
     host.driver = host.parsed(AscendDriver.parse, text, path)
@@ -361,9 +364,10 @@ def _wrong_cann_message(host: AscendHost) -> str:
         if toolkit
         else ""
     )
+    listed = ", ".join(str(c) for c in host.stack.get("compatible_cann") or [required])
     return (
-        f"{found} but vllm-ascend v{host.stack['vllm_ascend']} needs CANN {required} (stack "
-        f"{host.stack.get('name', 'ascend')})"
+        f"{found} but vllm-ascend v{host.stack['vllm_ascend']} needs CANN {required} "
+        f"({stack_label(host.stack)}; compatible_cann: {listed})"
         f"{f' ({toolkit.version} is older)' if older and toolkit else ''}: install CANN "
         f"{required} (toolkit, "
         "kernels and nnal: set ascend_runtime_cann_toolkit_package, "
@@ -401,10 +405,13 @@ def check_driver_supports_cann(host: AscendHost) -> None:
         toolkit is not None and innerversion_family(toolkit.innerversion) in driver.compatible
     )
     if driver.family and supported and driver.family not in supported and not listed_by_driver:
+        lists = "cann_compatible_drivers" + (
+            " and the installed CANN's compatible_version" if toolkit and host.cann_ok else ""
+        )
         host.error(
             f"Ascend driver {driver.version} ({driver.family}) is not one CANN "
-            f"{host.required_cann} supports ({', '.join(sorted(supported))}; stack "
-            f"{host.stack.get('name', 'ascend')}): upgrade the Ascend HDK driver and firmware"
+            f"{host.required_cann} supports ({', '.join(sorted(supported))}: {lists} of "
+            f"{stack_label(host.stack)}): upgrade the Ascend HDK driver and firmware"
             f"{other_stacks_hint(host.stack, 'cann_compatible_drivers', driver.family)}"
         )
 
@@ -528,12 +535,17 @@ def check_env_scripts(host: AscendHost) -> None:
             )
 
 
-ASCEND_CHECKS: tuple[Callable[[AscendHost], None], ...] = (
+# What the version files alone decide (no device, no npu-smi): preflight's first contact runs
+# these too (acceldeploy.runtimes.stacklock), before any host changes.
+ASCEND_VERSION_CHECKS: tuple[Callable[[AscendHost], None], ...] = (
     check_driver,
     check_cann_toolkit,
     check_cann_version,
     check_driver_supports_cann,
     check_firmware,
+)
+ASCEND_CHECKS: tuple[Callable[[AscendHost], None], ...] = (
+    *ASCEND_VERSION_CHECKS,
     check_npu_smi,
     check_device_nodes,
     check_group,

@@ -18,7 +18,7 @@ from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.planner.stacks import listed, other_stacks_hint
+from acceldeploy.planner.stacks import listed, other_stacks_hint, stack_label
 from acceldeploy.runtimes.probe import (
     GateRun,
     device_node_errors,
@@ -234,8 +234,9 @@ def check_hl_smi(host: GaudiHost) -> None:
     smi = probed_command(host.probe, "hl_smi")
     if not smi.get("found"):
         host.error(
-            "hl-smi not found on PATH: install the Intel Gaudi driver and software "
-            f"{host.software} (habanalabs-installer.sh; hl-smi is in habanalabs-firmware-tools)"
+            f"hl-smi not found on PATH: {stack_label(host.stack)} runs Intel Gaudi software "
+            f"{host.software}; install its driver and software (habanalabs-installer.sh; "
+            "hl-smi is in habanalabs-firmware-tools; acceldeploy never installs the driver)"
         )
         return
     info = host.tool_output(smi, "hl-smi", parse_hl_smi)
@@ -259,12 +260,15 @@ def check_driver_matches_software(host: GaudiHost) -> None:
         return
     if _software(info.driver_version)[:width] != _software(software)[:width]:
         series = ".".join(str(x) for x in _software(software)[:width])
+        listed_software = ", ".join(
+            str(s) for s in host.stack.get("compatible_software") or [host.stack["software"]]
+        )
         host.error(
             f"habanalabs driver {info.driver_version} (hl-smi: Driver Version "
-            f"{info.driver}) does not match Intel Gaudi software {software} of stack "
-            f"{host.stack.get('name', 'gaudi')}'s image {host.image_ref}: install the {series}.x "
-            "driver and firmware "
-            "(habanalabs-installer.sh of that release)"
+            f"{info.driver}) does not match Intel Gaudi software {software} "
+            f"({stack_label(host.stack)}; compatible_software: {listed_software}; image "
+            f"{host.image_ref}; gaudi_runtime_driver_match: {host.driver_match}): install "
+            f"the {series}.x driver and firmware (habanalabs-installer.sh of that release)"
             f"{_driver_hint(host, info.driver_version, width)}"
         )
 
@@ -427,9 +431,14 @@ def check_base_image(host: GaudiHost) -> None:
         )
 
 
-GAUDI_CHECKS: tuple[Callable[[GaudiHost], None], ...] = (
+# What hl-smi's version lines alone decide: preflight's first contact runs these too
+# (acceldeploy.runtimes.stacklock), before any host changes.
+GAUDI_VERSION_CHECKS: tuple[Callable[[GaudiHost], None], ...] = (
     check_hl_smi,
     check_driver_matches_software,
+)
+GAUDI_CHECKS: tuple[Callable[[GaudiHost], None], ...] = (
+    *GAUDI_VERSION_CHECKS,
     check_modules_and_numa,
     check_service_modules,
     check_service_numa,

@@ -1,0 +1,104 @@
+"""The stack lock at first contact: the host's driver, firmware and CANN judged against its
+stack by preflight's one read-only probe, before any host changes.
+
+Only the host knows these versions. Preflight's first contact (roles/preflight, the ``raw``
+probe of ``acceldeploy.inventory.targets``) reads them in the same places the runtime roles'
+probe does (the role's own variables: ``ascend_runtime_driver_info``,
+``ascend_runtime_firmware_info``, ``ascend_runtime_toolkit_info``, ``gaudi_runtime_hl_smi``)
+into the same shape, and this module runs the runtime gates' version checks on it
+(``ascend.ASCEND_VERSION_CHECKS``, ``gaudi.GAUDI_VERSION_CHECKS``): one parser and one rule for
+each part, so preflight refuses exactly what the gate would, only earlier. The gates still run
+them at the runtime stage (defence in depth; the host may have changed in between).
+
+``inputs["runtime"]`` is ``{platform, stack, options}``: the host's stack (its
+``acceldeploy_stack`` or the platform's default) and the runtime role's checked options, as
+the role's ``validate`` set them in preflight. Other platforms (cpu) read nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import targets
+from acceldeploy.runtimes.ascend import ASCEND_VERSION_CHECKS, AscendHost
+from acceldeploy.runtimes.gaudi import GAUDI_VERSION_CHECKS, GaudiHost
+from acceldeploy.runtimes.probe import GateRun
+
+# The Ascend version files, each read where ascend_runtime_<name>_info says.
+FILES = ("driver", "firmware", "toolkit")
+
+
+def _runtime(inputs: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    runtime = inputs.get("runtime") or {}
+    return (
+        str(runtime.get("platform") or ""),
+        dict(runtime.get("stack") or {}),
+        dict(runtime.get("options") or {}),
+    )
+
+
+def reads(inputs: Mapping[str, Any]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(files, commands) the first contact reads for the host's platform: Ascend's driver and
+    firmware version.info and CANN's ascend_toolkit_install.info; Gaudi's ``hl-smi``, the
+    command whose version lines the Gaudi gate parses (its driver and firmware)."""
+    platform, _, options = _runtime(inputs)
+    if platform == "ascend":
+        files = {name: _patterns(options, name, f"{name}_info") for name in FILES}
+        return files, {}
+    if platform == "gaudi":
+        return {}, {"hl_smi": _patterns(options, "hl_smi", "hl_smi")}
+    return {}, {}
+
+
+def _patterns(options: Mapping[str, Any], what: str, key: str) -> list[str]:
+    """The role's own setting (its options carry the role's variables, not a copy here)."""
+    value = options.get(key)
+    if not value:
+        raise AcceldeployError(
+            f"the runtime role's options have no {key} (where the {what} is read): "
+            "roles/*_runtime/vars/main.yml passes it"
+        )
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def probe_script(inputs: Mapping[str, Any]) -> str:
+    """The first contact's shell probe: the target's facts and the stack's versions."""
+    files, commands = reads(inputs)
+    return targets.probe_script(targets.probe_pythons(inputs), files, commands)
+
+
+def judge(facts: targets.Facts, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The runtime gate's version checks on what the first contact read: {stack, platform,
+    detected, errors, warnings}; empty for a platform without a runtime gate."""
+    platform, stack, options = _runtime(inputs)
+    host: GateRun
+    if platform == "ascend":
+        ascend_host = AscendHost(probe=facts.probe(), stack=stack, options=options)
+        for ascend_check in ASCEND_VERSION_CHECKS:
+            ascend_check(ascend_host)
+        host = ascend_host
+    elif platform == "gaudi":
+        gaudi_host = GaudiHost(probe=facts.probe(), stack=stack, options=options)
+        for gaudi_check in GAUDI_VERSION_CHECKS:
+            gaudi_check(gaudi_host)
+        host = gaudi_host
+    else:
+        return {}
+    detected = {k: v for k, v in host.detected.items() if k != "devices"}
+    return {
+        "stack": str(stack.get("name") or ""),
+        "platform": platform,
+        "detected": detected,
+        "errors": list(host.verdict.errors),
+        "warnings": list(host.verdict.warnings),
+    }
+
+
+def check(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """targets.check, and the stack lock: ``stack_lock`` holds what was read and judged, its
+    refusals are among ``errors``."""
+    result = targets.check(stdout, inputs)
+    lock = judge(targets.Facts.parse(stdout), inputs)
+    return {**result, "stack_lock": lock, "errors": result["errors"] + lock.get("errors", [])}
