@@ -21,6 +21,12 @@ def monitor_file_sd(views: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]
     return targets.file_sd(targets.targets(plain(dict(views))))
 
 
+def monitor_metrics(views: Mapping[str, Any]) -> dict[str, str]:
+    """{host: monitor_host_view} | monitor_metrics: {role: vLLM series name} of the stacks the
+    monitors scrape, refused naming both stacks when two name a series differently."""
+    return targets.series(plain(dict(views)))
+
+
 def monitor_units(hostvars: Mapping[str, Any], host: str) -> list[str]:
     """hostvars[h] | monitor_units(h): the host's units that run vLLM (their memory, their
     systemd state)."""
@@ -28,8 +34,8 @@ def monitor_units(hostvars: Mapping[str, Any], host: str) -> list[str]:
 
 
 def monitor_rules(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """{alert_for, kv_cache_high, growth_window, growth_band_mib, ttft_slo} | monitor_rules:
-    the rule file's document."""
+    """{alert_for, kv_cache_high, growth_window, growth_band_mib, ttft_slo, metrics} |
+    monitor_rules: the rule file's document (metrics: monitor_metrics's names)."""
     return rules.document(rules.settings(plain(dict(settings))))
 
 
@@ -58,6 +64,7 @@ class FilterModule:
         return filters(
             monitor_host_view,
             monitor_file_sd,
+            monitor_metrics,
             monitor_units,
             monitor_rules,
             monitor_dashboards,

@@ -2,7 +2,9 @@
 distribution's own Prometheus over a backfilled history with the lab's labels, parses and
 returns data, and narrows to the host and service picked; the label matchers go where PromQL
 wants them; one panel per figure and per alert; the same bytes every render, from the CLI and
-from the monitor role (in check mode too, and changing nothing the second time)."""
+from the monitor role (in check mode too, and changing nothing the second time); vLLM's
+series named as the stacks name them (from the inventory with -i), today's bytes with the
+default stacks'."""
 
 from __future__ import annotations
 
@@ -169,6 +171,57 @@ def test_the_command_writes_the_same_files(
     assert written == [str(tmp_path / "out" / name) for name in expected]
     for name, text in expected.items():
         assert (tmp_path / "out" / name).read_text() == text
+
+
+def test_a_stacks_names_flow_into_the_figures_and_the_panels() -> None:
+    renamed = {"running": "vllm:requests_running", "kv_cache_usage": "vllm:kv_cache_used_ratio"}
+    settings = rules.settings({"metrics": renamed, "kv_cache_high": 0.8})
+    shown = {f.key: f for f in figures.figures(settings.metrics)}
+    assert shown["running"].query == 'vllm:requests_running{job="vllm"}'
+    assert shown["running"].metric == "vllm:requests_running"
+    assert [f.title for f in shown.values()] == [f.title for f in figures.FIGURES]
+    board = dashboards.build(settings)["acceldeploy-fleet.json"]
+    assert 'vllm:requests_running{job="vllm",host=~".*",service=~".*"}' in (
+        dashboards.panel_queries(board)
+    )
+    text = "".join(dashboards.files(settings).values())
+    assert "vllm:num_requests_running" not in text and "vllm:kv_cache_usage_perc" not in text
+    # the KV cache's line: its alert watches the figure's own series, under its new name
+    (panel,) = [p for p in board["panels"] if p["title"] == shown["kv_cache"].title]
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [s["value"] for s in steps] == [None, 0.8]
+
+
+def test_the_default_stacks_names_give_todays_dashboards() -> None:
+    """A regression check: the dashboards rendered before their vLLM series came from the
+    stacks (tests/data/monitor/dashboards-default/), byte for byte."""
+    recorded = ROOT / "tests/data/monitor/dashboards-default"
+    rendered = dashboards.files(SETTINGS)
+    assert sorted(rendered) == sorted(p.name for p in recorded.iterdir())
+    for name, text in rendered.items():
+        assert (recorded / name).read_text() == text, name
+
+
+def test_the_command_names_the_inventorys_series(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_monitor_targets import lab, renaming
+
+    moved = {
+        "acceldeploy_stack": "cpu-vllm-0.13.0",
+        "python_env_stacks_file": renaming(tmp_path / "s", running="vllm:requests_running"),
+    }
+    lab(tmp_path / "moved", lab1=moved, lab2=moved)
+    out = tmp_path / "out"
+    assert cli.main(["dashboards", "-i", str(tmp_path / "moved/hosts.yml"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    expected = dashboards.files(rules.settings({"metrics": {"running": "vllm:requests_running"}}))
+    for name, text in expected.items():
+        assert (out / name).read_text() == text
+    assert "vllm:requests_running" in (out / "acceldeploy-fleet.json").read_text()
+    lab(tmp_path / "half", lab2=moved)
+    assert cli.main(["dashboards", "-i", str(tmp_path / "half/hosts.yml"), "--out", str(out)]) == 2
+    assert "which name vLLM's running series differently" in capsys.readouterr().err
 
 
 def test_the_role_writes_them_in_check_mode_idempotently(tmp_path: Path) -> None:

@@ -1,11 +1,16 @@
 """What the monitors scrape (acceldeploy.monitor.targets), from the lab's inventory and the
 examples: every service's /metrics where the monitors reach it, node exporter on every host,
-each Ray node's metrics, the device exporters when the inventory says they run; and the
-refusals, naming the variable."""
+each Ray node's metrics, the device exporters when the inventory says they run; the vLLM
+series names of the scraped services' stacks; and the refusals, naming the variable (or both
+stacks, when two name a series differently), in the monitor role's plan too."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +19,8 @@ import yaml
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.lab.inventory import InventoryHost, write_inventory
-from acceldeploy.monitor import targets
+from acceldeploy.monitor import rules, targets
+from acceldeploy.planner import stacks
 from acceldeploy.serving import selection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,3 +99,93 @@ def test_the_roles_install_what_the_bundle_carries() -> None:
     assert tuple(gateway["gateway_packages"]) == plan.PACKAGES
     assert tuple(monitor["monitor_prometheus_packages"]) == targets.PACKAGES
     assert tuple(monitor["monitor_node_packages"]) == targets.NODE_PACKAGES
+
+
+def renaming(directory: Path, **names: str) -> str:
+    """versions/stacks.yml with cpu-vllm-0.13.0 listing these metrics names, in `directory`."""
+    data = yaml.safe_load(stacks.STACKS_FILE.read_text())
+    data["stacks"]["cpu-vllm-0.13.0"]["metrics"] = names
+    directory.mkdir(parents=True)
+    path = directory / "stacks.yml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_the_series_are_named_by_the_scraped_services_stacks(tmp_path: Path) -> None:
+    assert targets.series(lab(tmp_path / "default")) == rules.DEFAULT_SERIES
+    moved = {
+        "acceldeploy_stack": "cpu-vllm-0.13.0",
+        "python_env_stacks_file": renaming(tmp_path / "s1", running="vllm:requests_running"),
+    }
+    every = lab(tmp_path / "moved", lab1=moved, lab2=moved)
+    assert targets.series(every) == {**rules.DEFAULT_SERIES, "running": "vllm:requests_running"}
+    # what the monitor role's plan passes: the hosts' views
+    views = {host: targets.host_view(hv) for host, hv in every.items()}
+    assert targets.series(views)["running"] == "vllm:requests_running"
+    # a series the monitor does not read may differ; a host it does not scrape does not count
+    other = {
+        **moved,
+        "python_env_stacks_file": renaming(tmp_path / "s2", mm_cache_hits="vllm:mm_hits"),
+    }
+    assert targets.series(lab(tmp_path / "other", lab2=other)) == rules.DEFAULT_SERIES
+    assert targets.series(lab(tmp_path / "monitor", lab4=moved)) == rules.DEFAULT_SERIES
+
+
+def test_stacks_naming_a_series_differently_are_refused_naming_both(tmp_path: Path) -> None:
+    path = renaming(tmp_path / "s1", running="vllm:requests_running")
+    every = lab(tmp_path / "inv", lab2={"acceldeploy_stack": "cpu-vllm-0.13.0",
+                                       "python_env_stacks_file": path})  # fmt: skip
+    with pytest.raises(AcceldeployError) as caught:
+        targets.series(every)
+    assert str(caught.value) == (
+        f"the monitors scrape stacks cpu-vllm-0.12.0 (lab1) and cpu-vllm-0.13.0 of {path} "
+        "(lab2), which name vLLM's running series differently: vllm:num_requests_running and "
+        "vllm:requests_running; the monitor's rules and dashboards read one name: finish moving "
+        "the fleet to one stack (acceldeploy_stack), or list the same name under metrics: "
+        "running in both stacks"
+    )
+    bad = renaming(tmp_path / "s2", waiting="vllm:requests waiting")
+    every = lab(tmp_path / "bad", lab1={"acceldeploy_stack": "cpu-vllm-0.13.0",
+                                       "python_env_stacks_file": bad})  # fmt: skip
+    with pytest.raises(AcceldeployError, match=r"metrics\.waiting 'vllm:requests waiting' is not"):
+        targets.series(every)
+    unknown = lab(tmp_path / "unknown", lab1={"acceldeploy_stack": "cpu-vllm-9"})
+    with pytest.raises(AcceldeployError, match=r"^lab1: acceldeploy_stack 'cpu-vllm-9' is not"):
+        targets.series(unknown)
+
+
+def plan(tmp_path: Path, **extra: Any) -> subprocess.CompletedProcess[str]:
+    """The monitor role's plan on the lab's inventory, lab4 (the monitor) on this machine; its
+    rule file written beside the inventory."""
+    lab(tmp_path, lab4={"ansible_connection": "local",
+                        "ansible_python_interpreter": sys.executable}, **extra)  # fmt: skip
+    (tmp_path / "play.yml").write_text(json.dumps([{"hosts": "monitors", "gather_facts": False,
+        "tasks": [{"ansible.builtin.include_role": {"name": "acceldeploy.fleet.monitor",
+                                                    "tasks_from": "plan"}},
+                  {"ansible.builtin.copy": {"content": "{{ monitor_rules | to_nice_yaml(indent=2, width=1000) }}",
+                                            "dest": str(tmp_path / "rules.yml")}}]}]))  # fmt: skip
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "hosts.yml", "play.yml"],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+             "PYTHONPATH": str(ROOT / "tools"), "ANSIBLE_NOCOLOR": "1"},
+    )  # fmt: skip
+
+
+def test_the_roles_plan_renders_the_stacks_names_and_refuses_two_names(tmp_path: Path) -> None:
+    """The plan preflight runs (playbooks/preflight.yml's second play): the fleet moved to a
+    stack that renames a series gets rules with its name; half moved stops, naming both."""
+    path = renaming(tmp_path / "s1", kv_cache_usage="vllm:kv_cache_used_ratio")
+    moved = {"acceldeploy_stack": "cpu-vllm-0.13.0", "python_env_stacks_file": path}
+    run = plan(tmp_path / "moved", lab1=moved, lab2=moved)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    text = (tmp_path / "moved" / "rules.yml").read_text()
+    assert 'vllm:kv_cache_used_ratio{job="vllm"} > 0.9' in text
+    assert "vllm:kv_cache_usage_perc" not in text
+    run = plan(tmp_path / "half", lab2=moved)
+    assert run.returncode != 0
+    assert (
+        "cpu-vllm-0.12.0 (lab1) and cpu-vllm-0.13.0 of " + path + " (lab2), which name vLLM's "
+        "kv_cache_usage series differently: vllm:kv_cache_usage_perc and vllm:kv_cache_used_ratio"
+    ) in run.stdout + run.stderr
+    assert not (tmp_path / "half" / "rules.yml").exists()

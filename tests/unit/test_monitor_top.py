@@ -1,6 +1,7 @@
 """`acceldeploy top`'s readings (acceldeploy.monitor.top): from vLLM 0.12's own /metrics
-(recorded on the lab), where two readings make a rate; and from a real Prometheus holding a
-backfilled quarter hour of two services, one of them leaking and one down."""
+(recorded on the lab), where two readings make a rate, and from a stack's that renames a
+series; and from a real Prometheus holding a backfilled quarter hour of two services, one of
+them leaking and one down, its vLLM series named as the fleet's stacks name them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from promserver import needs_prometheus, openmetrics, prometheus
 
+from acceldeploy.monitor import rules
 from acceldeploy.monitor.promapi import Api
 from acceldeploy.watch import top
 
@@ -43,7 +45,21 @@ def test_direct_readings_turn_counters_into_rates_and_name_a_silent_service_down
     assert cells(second)[LAB2]["state"] == "DOWN"
 
 
-def series(now: float) -> str:
+def test_direct_readings_use_each_services_own_stacks_names() -> None:
+    """lab2's stack renames the running gauge: its /metrics is read with that name, lab1's
+    (no names given: vLLM 0.12's) with the default."""
+    renamed = METRICS.replace(
+        'vllm:num_requests_running{engine="0",model_name="qwen3-vl"} 0.0',
+        'vllm:requests_running{engine="0",model_name="qwen3-vl"} 4.0',
+    )
+    names = {LAB2: {**rules.DEFAULT_SERIES, "running": "vllm:requests_running"}}
+    snap = top.from_metrics({LAB1: METRICS, LAB2: renamed}, None, at=100.0, metrics=names)
+    assert (cells(snap)[LAB1]["run"], cells(snap)[LAB2]["run"]) == ("0", "4")
+    unnamed = top.from_metrics({LAB2: renamed}, None, at=100.0)
+    assert cells(unnamed)[LAB2]["run"] == "-"  # the default name is not in its exposition
+
+
+def series(now: float, running: str = "vllm:num_requests_running") -> str:
     rows = []
     for i in range(0, 900, 15):
         at = now - 900 + i
@@ -56,7 +72,7 @@ def series(now: float) -> str:
                 ("acceldeploy_service_memory_bytes", {**labels, "source": "pss"}, at, memory)
             )
             rows.append(("acceldeploy:requests:rate1m", labels, at, 2.5))
-            rows.append(("vllm:num_requests_running", {**labels, "job": "vllm"}, at, 3))
+            rows.append((running, {**labels, "job": "vllm"}, at, 3))
             rows.append(("vllm:kv_cache_usage_perc", {**labels, "job": "vllm"}, at, 0.42))
             rows.append(("up", {**labels, "job": "vllm"}, at, 1 if host == "lab1" else 0))
     return openmetrics(rows)
@@ -88,3 +104,13 @@ def test_prometheus_readings_show_each_service_its_trend_and_its_alerts(tmp_path
     out = io.StringIO()
     Console(file=out, width=250).print(top.table(snap, "acceldeploy top"))
     assert "lab2" in out.getvalue() and "VllmServiceDown" in out.getvalue()
+
+
+@needs_prometheus
+def test_prometheus_readings_use_the_fleets_names(tmp_path: Path) -> None:
+    now = time.time()
+    with prometheus(tmp_path, series(now, running="vllm:requests_running")) as base:
+        renamed = {**rules.DEFAULT_SERIES, "running": "vllm:requests_running"}
+        snap = top.from_prometheus(Api(base).query, [], [LAB1], now, renamed)
+        default = top.from_prometheus(Api(base).query, [], [LAB1], now)
+    assert (cells(snap)[LAB1]["run"], cells(default)[LAB1]["run"]) == ("3", "-")

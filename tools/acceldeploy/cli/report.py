@@ -1,7 +1,8 @@
 """`acceldeploy report`: what the fleet did over a window, from the monitor's Prometheus
 (reached through SSH, as verify does, or at --prometheus): a PNG per figure (a line per
 service, broken where it had no data), and index.html with the plots and each service's
-figures and memory growth verdict."""
+figures and memory growth verdict. With -i, vLLM's series are named as the inventory's
+stacks name them (the monitor's preflight refuses stacks that disagree, and so does this)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from acceldeploy.cli.common import Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import roledefaults
 from acceldeploy.inventory.hostvars import hosts_vars
-from acceldeploy.monitor import report, rules
+from acceldeploy.monitor import report, rules, targets
 from acceldeploy.monitor.figures import FIGURES
 from acceldeploy.watch import prometheus as watching
 
@@ -45,11 +46,17 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
     return parser
 
 
-def growth_settings(hostvars: Mapping[str, Any]) -> rules.Settings:
-    """The monitor's growth alert settings (its role defaults where the inventory sets none)."""
+def growth_settings(
+    hostvars: Mapping[str, Any], every: Mapping[str, Mapping[str, Any]] | None = None
+) -> rules.Settings:
+    """The monitor's growth alert settings (its role defaults where the inventory sets none),
+    and the vLLM series names of the stacks it scrapes (of `every` host's; vLLM 0.12's
+    without)."""
+    views = {host: targets.host_view(hv) for host, hv in (every or {}).items()}
     return rules.settings({
         "growth_window": roledefaults.value(hostvars, "monitor_growth_window"),
         "growth_band_mib": roledefaults.value(hostvars, "monitor_growth_band_mib"),
+        "metrics": targets.series(views),
     })  # fmt: skip
 
 
@@ -66,8 +73,9 @@ def prometheus(args: argparse.Namespace) -> Iterator[tuple[str, rules.Settings]]
             raise AcceldeployError("--monitor picks a host of the inventory's monitors: give -i")
         yield args.prometheus, rules.settings({})
         return
-    host, hostvars = watching.pick_monitor(hosts_vars(args.inventory, "all"), args.monitor)
-    settings = growth_settings(hostvars)
+    every = hosts_vars(args.inventory, "all")
+    host, hostvars = watching.pick_monitor(every, args.monitor)
+    settings = growth_settings(hostvars, every)
     if args.prometheus is not None:
         yield args.prometheus, settings
         return

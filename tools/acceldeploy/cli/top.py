@@ -1,7 +1,9 @@
 """`acceldeploy top`: a live view of every service: running and waiting requests, KV cache use,
 requests and tokens per second, p99 time to first token, memory and its trend, and the
 alerts about it. It reads the monitor's Prometheus (the monitors group), or each service's
-/metrics directly where there is none (or with --direct)."""
+/metrics directly where there is none (or with --direct). vLLM's series are named as the
+inventory's stacks name them: the scraped services' stacks for Prometheus (refused, as the
+monitor's preflight refuses, when two disagree), each service's own stack's when direct."""
 
 from __future__ import annotations
 
@@ -50,39 +52,49 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         if has_monitor and not args.direct:
             host, hostvars = prometheus.pick_monitor(every, args.monitor)
+            views = {h: targets.host_view(hv) for h, hv in every.items()}
+            metrics = targets.series(views)  # before connecting: a refusal needs no host
             api = stack.enter_context(prometheus.connect(host, hostvars))
             title = f"acceldeploy top: Prometheus on {host}"
-            read = _from_prometheus(api, _expected(every, chosen))
+            read = _from_prometheus(api, _expected(views, chosen), metrics)
         else:
             if args.monitor:
                 raise AcceldeployError(f"--monitor {args.monitor}: {prometheus.NO_MONITOR}")
             title = "acceldeploy top: each service's /metrics"
-            read = _from_metrics(_bases(stack, chosen))
+            bases, names = _bases(stack, chosen)
+            read = _from_metrics(bases, names)
         _show(read, title, args.every, args.once)
     return 0
 
 
-def _expected(every: Mapping[str, Any], chosen: Mapping[str, Any]) -> list[top.Key]:
+def _expected(views: Mapping[str, Any], chosen: Mapping[str, Any]) -> list[top.Key]:
     """The services the inventory says are scraped, on the hosts chosen."""
-    found = targets.targets({h: targets.host_view(hv) for h, hv in every.items()})
+    found = targets.targets(views)
     keys = [dict(t.labels) for t in found if t.job == "vllm"]
     return [(k["host"], k["service"]) for k in keys if k["host"] in chosen]
 
 
-def _from_prometheus(api: Api, expected: list[top.Key]) -> Callable[[], top.Snapshot]:
+def _from_prometheus(
+    api: Api, expected: list[top.Key], metrics: Mapping[str, str]
+) -> Callable[[], top.Snapshot]:
     def read() -> top.Snapshot:
-        return top.from_prometheus(api.query, api.alerts(), expected, time.time())
+        return top.from_prometheus(api.query, api.alerts(), expected, time.time(), metrics)
 
     return read
 
 
-def _bases(stack: contextlib.ExitStack, chosen: Mapping[str, Any]) -> dict[top.Key, str]:
-    """A local URL for each service on the hosts chosen (an SSH tunnel each)."""
+def _bases(
+    stack: contextlib.ExitStack, chosen: Mapping[str, Any]
+) -> tuple[dict[top.Key, str], dict[top.Key, Mapping[str, str]]]:
+    """A local URL for each service on the hosts chosen (an SSH tunnel each), and the vLLM
+    series names of each (its host's stack's)."""
     bases = {}
+    names: dict[top.Key, Mapping[str, str]] = {}
     for host, hv in chosen.items():
         if not groups.serves(hv) or not hv.get("acceldeploy_services"):
             continue
-        launches = host_plan(hv).launches()
+        plan = host_plan(hv)
+        launches = plan.launches()
         if not launches:
             continue
         conn, reached = reach(host, dict(hv), 10.0)
@@ -91,17 +103,20 @@ def _bases(stack: contextlib.ExitStack, chosen: Mapping[str, Any]) -> dict[top.K
         stack.callback(conn.close)
         for launch in launches:
             bases[(host, launch.name)] = stack.enter_context(tunnel(conn, launch))
+            names[(host, launch.name)] = plan.platform.metrics
     if not bases:
         raise AcceldeployError("no service on the hosts chosen: check --limit and the inventory")
-    return bases
+    return bases, names
 
 
-def _from_metrics(bases: dict[top.Key, str]) -> Callable[[], top.Snapshot]:
+def _from_metrics(
+    bases: dict[top.Key, str], names: Mapping[top.Key, Mapping[str, str]]
+) -> Callable[[], top.Snapshot]:
     previous: list[top.Snapshot] = []
 
     def read() -> top.Snapshot:
         texts = {key: _metrics(base) for key, base in bases.items()}
-        snap = top.from_metrics(texts, previous[-1] if previous else None, time.time())
+        snap = top.from_metrics(texts, previous[-1] if previous else None, time.time(), names)
         previous[:] = [snap]
         return snap
 

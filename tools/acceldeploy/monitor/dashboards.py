@@ -1,5 +1,6 @@
 """Grafana dashboards for the fleet, from the definitions the monitor already has: one panel
-per figure of monitor/figures.py (what `top` and `report` show), and the alerts of
+per figure of monitor/figures.py (what `top` and `report` show, its vLLM series named by the
+settings' metrics, as the rules name them), and the alerts of
 monitor/rules.py (one stat panel each, firing or not, its expression and runbook in the
 panel's description; their thresholds drawn on the figures they watch; their firing as
 annotations). Each dashboard is Grafana's JSON model, with a Prometheus datasource variable,
@@ -57,7 +58,8 @@ def filtered(query: str, matchers: str = SERVICE_FILTER) -> str:
 def build(settings: rules.Settings) -> dict[str, dict[str, Any]]:
     """{file name: dashboard} for the fleet whose rules `settings` give."""
     alerts = alert_rules(rules.document(settings))
-    return {"acceldeploy-fleet.json": fleet(alerts), "acceldeploy-hosts.json": hosts()}
+    shown = figures.figures(settings.metrics)
+    return {"acceldeploy-fleet.json": fleet(alerts, shown), "acceldeploy-hosts.json": hosts()}
 
 
 def text(dashboard: Mapping[str, Any]) -> str:
@@ -70,15 +72,18 @@ def files(settings: rules.Settings) -> dict[str, str]:
     return {name: text(board) for name, board in build(settings).items()}
 
 
-def fleet(alerts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every service's figures and the fleet's alerts, filtered by host and service."""
-    thresholds = _thresholds(alerts)
+def fleet(
+    alerts: list[dict[str, Any]], shown: tuple[figures.Figure, ...] = figures.FIGURES
+) -> dict[str, Any]:
+    """Every service's figures (`shown`: their vLLM series named as the rules name them) and
+    the fleet's alerts, filtered by host and service."""
+    thresholds = _thresholds(alerts, shown)
     layout = _Layout()
     panels = [layout.row("Alerts"), layout.place(_firing_table(), 24, 7)]
     for name, same_name in _by_name(alerts):
         panels.append(layout.place(_alert_stat(name, same_name), 4, 4))
     panels.append(layout.row("Services"))
-    for figure in figures.FIGURES:
+    for figure in shown:
         panel = _figure_panel(figure, thresholds.get(figure.query))
         panels.append(layout.place(panel, 12, 8))
     return _dashboard(
@@ -347,10 +352,12 @@ def _by_name(alerts: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any
     return list(names.items())
 
 
-def _thresholds(alerts: list[dict[str, Any]]) -> dict[str, tuple[float, dict[str, Any]]]:
+def _thresholds(
+    alerts: list[dict[str, Any]], shown: tuple[figures.Figure, ...]
+) -> dict[str, tuple[float, dict[str, Any]]]:
     """{figure query: (number, alert)} for each alert that fires when a figure's own query
     rises above a number (KV cache over monitor_kv_cache_high): the line on its panel."""
-    queries = {figure.query for figure in figures.FIGURES}
+    queries = {figure.query for figure in shown}
     found = {}
     for alert in alerts:
         match = _THRESHOLD.fullmatch(alert["expr"])

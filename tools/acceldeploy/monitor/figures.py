@@ -4,16 +4,17 @@ FIGURES, and each query is PromQL over the series the monitor scrapes (vLLM's /m
 memory unit's textfile series) or the recording rules of monitor/rules.py.
 
 Every query keeps the `host` and `service` labels, so one series is one service. The vLLM
-series names are planner.stacks.DEFAULT_METRICS, the names every stack of versions/stacks.yml
-exports today (vLLM 0.12 and 0.13 renamed none); a stack that lists other ``metrics`` is
-read by bench with its own names."""
+series are named by role (rules.SERIES_ROLES): ``figures(metrics)`` renders them with the
+names of the stacks the monitors scrape (targets.series; the same names as the rules);
+FIGURES with vLLM 0.12's (rules.DEFAULT_SERIES), which every stack of versions/stacks.yml
+exports today. Titles, keys and units do not depend on the names."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from acceldeploy.monitor import rules
-from acceldeploy.planner.stacks import DEFAULT_METRICS as SERIES
 
 
 @dataclass(frozen=True)
@@ -30,23 +31,29 @@ class Figure:
     counter: bool = False
 
 
-FIGURES: tuple[Figure, ...] = (
-    Figure("up", "Serving", 'up{job="vllm"}', "count"),
-    Figure("running", "Running requests", 'vllm:num_requests_running{job="vllm"}', "count",
-           metric=SERIES["running"]),
-    Figure("waiting", "Waiting requests", 'vllm:num_requests_waiting{job="vllm"}', "count",
-           metric=SERIES["waiting"]),
-    Figure("kv_cache", "KV cache used", 'vllm:kv_cache_usage_perc{job="vllm"}', "ratio",
-           metric=SERIES["kv_cache_usage"]),
-    Figure("requests", "Requests served", "acceldeploy:requests:rate1m", "per_second",
-           metric=SERIES["requests"], counter=True),
-    Figure("tokens", "Generated tokens", "acceldeploy:generation_tokens:rate1m", "per_second",
-           metric=SERIES["generation_tokens"], counter=True),
-    Figure("ttft_p99", "p99 time to first token", "acceldeploy:ttft_seconds:p99_5m", "seconds"),
-    Figure("memory", "Process tree memory (PSS)", f'{rules.SERVICE_MEMORY}{{source="pss"}}',
-           "bytes"),
-)  # fmt: skip
+def figures(metrics: Mapping[str, str] = rules.DEFAULT_SERIES) -> tuple[Figure, ...]:
+    """The figures, their vLLM series named by `metrics` ({role: name}, rules.SERIES_ROLES)."""
+    m = metrics
+    return (
+        Figure("up", "Serving", 'up{job="vllm"}', "count"),
+        Figure("running", "Running requests", f'{m["running"]}{{job="vllm"}}', "count",
+               metric=m["running"]),
+        Figure("waiting", "Waiting requests", f'{m["waiting"]}{{job="vllm"}}', "count",
+               metric=m["waiting"]),
+        Figure("kv_cache", "KV cache used", f'{m["kv_cache_usage"]}{{job="vllm"}}', "ratio",
+               metric=m["kv_cache_usage"]),
+        Figure("requests", "Requests served", "acceldeploy:requests:rate1m", "per_second",
+               metric=m["requests"], counter=True),
+        Figure("tokens", "Generated tokens", "acceldeploy:generation_tokens:rate1m",
+               "per_second", metric=m["generation_tokens"], counter=True),
+        Figure("ttft_p99", "p99 time to first token", "acceldeploy:ttft_seconds:p99_5m",
+               "seconds"),
+        Figure("memory", "Process tree memory (PSS)", f'{rules.SERVICE_MEMORY}{{source="pss"}}',
+               "bytes"),
+    )  # fmt: skip
 
+
+FIGURES = figures()
 BY_KEY = {f.key: f for f in FIGURES}
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from acceldeploy import plots
 from acceldeploy.monitor import growth, rules
-from acceldeploy.monitor.figures import BY_KEY, FIGURES, Figure, text
+from acceldeploy.monitor.figures import BY_KEY, FIGURES, Figure, figures, text
 from acceldeploy.monitor.promapi import Api, Point, step_for
 
 Key = tuple[str, str]  # (host, service): one series of a figure
@@ -79,10 +79,11 @@ def collect(
     timeout: float = 30.0,
     asking: Callable[[str], None] = lambda title: None,
 ) -> Report:
-    """Every figure over the window, then memory and requests over the verdict's span (three
-    growth windows up to the window's end, at their own finer step)."""
+    """Every figure over the window (its vLLM series named by the settings' metrics), then
+    memory and requests over the verdict's span (three growth windows up to the window's end,
+    at their own finer step)."""
     series = {}
-    for figure in FIGURES:
+    for figure in figures(settings.metrics):
         asking(figure.title)
         series[figure.key] = fetch(base, figure.query, window.start, window.end, timeout)
     asking("memory growth")
@@ -177,10 +178,10 @@ def rows(report: Report) -> list[list[str]]:
     found = []
     for key in report.services():
         verdict = report.growth.get(key)
-        figures = [
+        shown = [
             text(latest(report.series[f.key].get(key, []), report.window), f.unit) for f in FIGURES
         ]
-        found.append([*key, *figures, verdict.state if verdict else "not judged"])
+        found.append([*key, *shown, verdict.state if verdict else "not judged"])
     return found
 
 

@@ -9,15 +9,21 @@ by more than the noise band (bench's floors: 64 MiB for a process tree, 256 MiB 
 memory), with requests served in both. The alert fires when it keeps rising for `for:`: a
 cache that fills in less than that never fires, a leak fires about two windows plus `for:`
 after it starts.
+
+The vLLM series the rules read are named by role (SERIES_ROLES, planner.stacks.DEFAULT_METRICS):
+Settings.metrics gives their names, those of the stacks the monitors scrape
+(targets.series), so a stack that renames a series renders the rules with its name.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner.stacks import DEFAULT_METRICS
 
 MIB = 1 << 20
 # The project's own series (the memory unit on each host, node exporter's textfile collector).
@@ -27,6 +33,14 @@ NPU_HBM_USED_MB = "npu_chip_info_hbm_used_memory"
 NPU_HBM_USED_BYTES = "acceldeploy:npu_hbm_used:bytes"  # recorded from it
 GAUDI_MEMORY_USED = "habanalabs_memory_used_bytes"
 DURATION_UNITS = ("ms", "s", "m", "h", "d")
+# The roles of vLLM's series the rules and the figures (figures.py) read: every PromQL string
+# of the monitor that names a vLLM series takes it from Settings.metrics by one of these.
+SERIES_ROLES = ("running", "waiting", "kv_cache_usage", "preemptions", "requests",
+                "generation_tokens", "time_to_first_token")  # fmt: skip
+# Their names when the monitors scrape no stack that says otherwise: vLLM 0.12's.
+DEFAULT_SERIES: dict[str, str] = {role: DEFAULT_METRICS[role] for role in SERIES_ROLES}
+# A Prometheus metric name: what a series name must be to go into PromQL as it is.
+METRIC_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,8 @@ class Settings:
     growth_band_mib: Mapping[str, int] = field(default_factory=dict)
     # {service: seconds}: p99 TTFT goals (monitor_ttft_slo)
     ttft_slo: Mapping[str, float] = field(default_factory=dict)
+    # {role: vLLM series name} of SERIES_ROLES: the scraped stacks' names (targets.series)
+    metrics: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_SERIES))
 
 
 FOR_DEFAULTS = {
@@ -87,7 +103,25 @@ def settings(raw: Mapping[str, Any]) -> Settings:
     for name, value in dict(raw.get("ttft_slo") or {}).items():
         slo[str(name)] = seconds(value, f"monitor_ttft_slo.{name}")
     window = _duration(raw.get("growth_window") or "30m", "monitor_growth_window")
-    return Settings(alert_for, kv, window, {k: int(v) for k, v in bands.items()}, slo)
+    mib = {k: int(v) for k, v in bands.items()}
+    return Settings(alert_for, kv, window, mib, slo, series_names(raw.get("metrics") or {}))
+
+
+def series_names(given: Mapping[str, Any]) -> dict[str, str]:
+    """{role: name} over DEFAULT_SERIES: only the monitor's roles, each a metric name."""
+    unknown = sorted(set(given) - set(SERIES_ROLES))
+    if unknown:
+        raise AcceldeployError(
+            f"the monitor's vLLM series: no role {', '.join(unknown)}; known: "
+            f"{', '.join(SERIES_ROLES)}"
+        )
+    names = {**DEFAULT_SERIES, **{str(k): str(v) for k, v in given.items()}}
+    for role, name in names.items():
+        if not METRIC_NAME.fullmatch(name):
+            raise AcceldeployError(
+                f"the monitor's vLLM series {role}: {name!r} is not a Prometheus metric name"
+            )
+    return names
 
 
 def seconds(value: Any, var: str) -> float:
@@ -123,9 +157,10 @@ def _growth(name: str, series: str, band_bytes: int, s: Settings, what: str) -> 
     seconds = _seconds(window)
     back = f"{seconds * 2:g}s"
     then = f"from {minutes(seconds * 3)} to {minutes(seconds * 2)} ago"
+    requests = s.metrics["requests"]
     served = (
-        f"sum by (host) (rate(vllm:request_success_total[{window}])) > 0"
-        f" and sum by (host) (rate(vllm:request_success_total[{window}] offset {back})) > 0"
+        f"sum by (host) (rate({requests}[{window}])) > 0"
+        f" and sum by (host) (rate({requests}[{window}] offset {back})) > 0"
     )
     expr = (
         f"(min_over_time({series}[{window}]) - max_over_time({series}[{window}] offset {back}))"
@@ -143,7 +178,7 @@ def _growth(name: str, series: str, band_bytes: int, s: Settings, what: str) -> 
 
 def document(s: Settings) -> dict[str, Any]:
     """The rule file: one group of recording rules, one of alerts."""
-    f = s.alert_for
+    f, m = s.alert_for, s.metrics
     verify = "acceldeploy verify -i <inventory> --limit {{ $labels.host }}"
     alerts = [
         _alert("VllmServiceDown", 'up{job="vllm"} == 0', f["down"], "critical",
@@ -157,7 +192,7 @@ def document(s: Settings) -> dict[str, Any]:
                "on the host, journalctl -u {{ $labels.name }} -n 50; a bad deploy rolls back "
                "with `ansible-playbook site.yml -i <inventory> --limit {{ $labels.host }}` "
                "on the last good inventory"),
-        _alert("VllmKvCacheFull", f'vllm:kv_cache_usage_perc{{job="vllm"}} > {s.kv_cache_high}',
+        _alert("VllmKvCacheFull", f'{m["kv_cache_usage"]}{{job="vllm"}} > {s.kv_cache_high}',
                f["kv_cache"], "warning",
                "{{ $labels.service }} on {{ $labels.host }}: KV cache "
                "{{ $value | humanizePercentage }} full",
@@ -165,13 +200,13 @@ def document(s: Settings) -> dict[str, Any]:
                "{{ $labels.host }} --service {{ $labels.service }} --space "
                "'max_num_seqs=...' ...`"),
         _alert("VllmQueueGrowing",
-               'vllm:num_requests_waiting{job="vllm"} > 0 '
-               'and deriv(vllm:num_requests_waiting{job="vllm"}[5m]) > 0',
+               f'{m["waiting"]}{{job="vllm"}} > 0 '
+               f'and deriv({m["waiting"]}{{job="vllm"}}[5m]) > 0',
                f["queue"], "warning",
                "{{ $labels.service }} on {{ $labels.host }}: the waiting queue keeps growing",
                "the service takes less than it is sent: `acceldeploy bench -i <inventory> "
                "--via-gateway <gateway> --profile <profile>` for the fleet's capacity"),
-        _alert("VllmPreempting", 'increase(vllm:num_preemptions_total{job="vllm"}[5m]) > 0',
+        _alert("VllmPreempting", f'increase({m["preemptions"]}{{job="vllm"}}[5m]) > 0',
                f["preemptions"], "warning",
                "{{ $labels.service }} on {{ $labels.host }} preempted "
                "{{ $value | humanize }} requests in 5 minutes",
@@ -204,12 +239,12 @@ def document(s: Settings) -> dict[str, Any]:
     records = [
         {"record": "acceldeploy:ttft_seconds:p99_5m",
          "expr": "histogram_quantile(0.99, sum by (le, host, service) "
-                 '(rate(vllm:time_to_first_token_seconds_bucket{job="vllm"}[5m])))'},
+                 f'(rate({m["time_to_first_token"]}_bucket{{job="vllm"}}[5m])))'},
         {"record": "acceldeploy:generation_tokens:rate1m",
-         "expr": 'sum by (host, service) (rate(vllm:generation_tokens_total{job="vllm"}[1m]))'},
+         "expr": f'sum by (host, service) (rate({m["generation_tokens"]}{{job="vllm"}}[1m]))'},
         {"record": NPU_HBM_USED_BYTES, "expr": f"{NPU_HBM_USED_MB} * {MIB}"},
         {"record": "acceldeploy:requests:rate1m",
-         "expr": 'sum by (host, service) (rate(vllm:request_success_total{job="vllm"}[1m]))'},
+         "expr": f'sum by (host, service) (rate({m["requests"]}{{job="vllm"}}[1m]))'},
     ]  # fmt: skip
     return {"groups": [{"name": "acceldeploy-records", "rules": records},
                        {"name": "acceldeploy-alerts", "rules": alerts}]}  # fmt: skip

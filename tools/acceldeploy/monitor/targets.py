@@ -10,6 +10,10 @@
 Every target is labelled with its inventory host (and service), so alerts and pictures name
 what the operator knows. A mistake is refused here, naming the variable, before any host is
 touched.
+
+``series`` names the vLLM series the rules and figures read, from the stacks of the services
+scraped (each host's acceldeploy_stack, else its platform's default): stacks that name one
+differently are refused, naming both, rather than one of them silently watched.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups, roledefaults
-from acceldeploy.monitor import device_exporters
+from acceldeploy.monitor import device_exporters, rules
+from acceldeploy.planner.stacks import STACK_VAR, STACKS_FILE, host_stack, metric_names
 from acceldeploy.serving import cluster
 from acceldeploy.serving.raynode import metrics_port
 from acceldeploy.serving.service import parse_services, reached_by
@@ -98,8 +103,68 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
     return found
 
 
+# The variable naming another stacks file (python_env's), as the hosts' other roles read it.
+STACKS_FILE_VAR = "python_env_stacks_file"
+
+
+def _heads(host: str, hv: Mapping[str, Any]) -> list[Any]:
+    """The host's services whose /metrics the monitors scrape here (a group's head only)."""
+    return [s for s in _services(host, hv) if not s.nodes or s.nodes[0] == host]
+
+
+def _stack(host: str, hv: Mapping[str, Any]) -> dict[str, Any]:
+    platform = str(hv.get("acceldeploy_platform") or "")
+    try:
+        chosen, file = str(hv.get(STACK_VAR) or ""), str(hv.get(STACKS_FILE_VAR) or "")
+        return host_stack(platform, chosen, file or None)
+    except AcceldeployError as exc:
+        raise AcceldeployError(f"{host}: {exc}") from None
+
+
+def series(every: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """{role: vLLM series name} of rules.SERIES_ROLES: the names of the stacks whose services
+    the monitors scrape (rules.DEFAULT_SERIES when none serves). Refused, naming both stacks,
+    the role and both names, when two of them name a series the monitor reads differently."""
+    stacks: dict[tuple[str, str], tuple[dict[str, Any], list[str]]] = {}
+    for host, hv in sorted(every.items()):
+        if _heads(host, hv):
+            entry = _stack(host, hv)
+            stacks.setdefault((entry["file"], entry["name"]), (entry, []))[1].append(host)
+    named: dict[str, dict[str, list[tuple[str, str]]]] = {}  # role -> name -> [(stack, hosts)]
+    for entry, hosts in stacks.values():
+        label = str(entry["name"])
+        if entry["file"] != str(STACKS_FILE):
+            label += f" of {entry['file']}"
+        for role, name in metric_names(entry).items():
+            if role not in rules.SERIES_ROLES:
+                continue
+            if not rules.METRIC_NAME.fullmatch(name):
+                raise AcceldeployError(
+                    f"stack {label}: metrics.{role} {name!r} is not a Prometheus metric name; "
+                    f"fix it in {entry['file']}"
+                )
+            named.setdefault(role, {}).setdefault(name, []).append((label, ", ".join(hosts)))
+    errors = []
+    for role in rules.SERIES_ROLES:
+        if len(named.get(role, {})) < 2:
+            continue
+        (one, first), (other, second) = list(named[role].items())[:2]
+        errors.append(
+            f"the monitors scrape stacks {first[0][0]} ({first[0][1]}) and {second[0][0]} "
+            f"({second[0][1]}), which name vLLM's {role} series differently: {one} and "
+            f"{other}; the monitor's rules and dashboards read one name: finish moving the "
+            f"fleet to one stack ({STACK_VAR}), or list the same name under metrics: {role} "
+            "in both stacks"
+        )
+    if errors:
+        raise AcceldeployError("; ".join(errors))
+    return {role: next(iter(named[role])) if role in named else default
+            for role, default in rules.DEFAULT_SERIES.items()}  # fmt: skip
+
+
 VIEW_KEYS = ("group_names", "ansible_host", cluster.NODE_IP_VAR, "acceldeploy_platform",
-             "acceldeploy_services", "monitor_node_exporter_port", "monitor_device_exporters",
+             "acceldeploy_services", STACK_VAR, STACKS_FILE_VAR,
+             "monitor_node_exporter_port", "monitor_device_exporters",
              "monitor_npu_exporter_port", "monitor_gaudi_exporter_port",
              *device_exporters.VIEW_KEYS)  # fmt: skip
 

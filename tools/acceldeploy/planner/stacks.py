@@ -62,7 +62,9 @@ DEFAULT_BUCKETING: dict[str, str] = {
     "zero_padding": "VLLM_ZERO_PADDING",
 }
 # vLLM's /metrics series the bench and the monitor read (by role), when a stack lists none:
-# vLLM 0.12.0's names (vllm/v1/metrics/loggers.py), unchanged in 0.13.0.
+# vLLM 0.12.0's names (vllm/v1/metrics/loggers.py), unchanged in 0.13.0. Counters carry the
+# exposition's _total. The monitor renders its rules and figures with the names of the stacks
+# it scrapes (acceldeploy.monitor.targets.series), refusing stacks that disagree on one.
 DEFAULT_METRICS: dict[str, str] = {
     "kv_cache_usage": "vllm:kv_cache_usage_perc",
     "running": "vllm:num_requests_running",
@@ -74,6 +76,9 @@ DEFAULT_METRICS: dict[str, str] = {
     "mm_cache_hits": "vllm:mm_cache_hits_total",
     "requests": "vllm:request_success_total",
     "generation_tokens": "vllm:generation_tokens_total",
+    # a histogram, named without its suffix: the monitor reads its _bucket series
+    # (loggers.py histogram_time_to_first_token, "vllm:time_to_first_token_seconds")
+    "time_to_first_token": "vllm:time_to_first_token_seconds",
 }
 
 

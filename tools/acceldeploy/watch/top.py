@@ -1,7 +1,9 @@
 """`acceldeploy top`: every service's live figures in one table (monitor/figures.py), with its
 memory trend and the alerts about it. The figures come from the monitor's Prometheus, or,
 where there is none, from each service's /metrics read directly (two readings make a rate;
-p99 TTFT and memory need the monitor)."""
+p99 TTFT and memory need the monitor). The vLLM series are named as the inventory's stacks
+name them: the fleet's (targets.series) from Prometheus, each service's own stack's from its
+/metrics."""
 
 from __future__ import annotations
 
@@ -35,11 +37,17 @@ def _series_key(labels: Mapping[str, Any]) -> Key:
 
 
 def from_prometheus(
-    query: Any, alerts: list[dict[str, Any]], expected: list[Key], at: float
+    query: Any,
+    alerts: list[dict[str, Any]],
+    expected: list[Key],
+    at: float,
+    metrics: Mapping[str, str] = rules.DEFAULT_SERIES,
 ) -> Snapshot:
-    """`query(promql)` -> Prometheus's instant vector; `alerts`: its /api/v1/alerts."""
+    """`query(promql)` -> Prometheus's instant vector; `alerts`: its /api/v1/alerts;
+    `metrics`: the vLLM series' names ({role: name}, the fleet's stacks')."""
     snap = Snapshot(values={k: {} for k in expected}, at=at)
-    for figure in (*FIGURES, figures.Figure("trend", "", TREND_QUERY, "bytes")):
+    slope = figures.Figure("trend", "", TREND_QUERY, "bytes")
+    for figure in (*figures.figures(metrics), slope):
         for series in query(figure.query):
             key = _series_key(series["metric"])
             snap.values.setdefault(key, {})[figure.key] = float(series["value"][1])
@@ -55,18 +63,26 @@ def from_prometheus(
     return snap
 
 
-WANTED = {f.metric: f.key for f in FIGURES if f.metric}
+def wanted(metrics: Mapping[str, str]) -> dict[str, str]:
+    """{vLLM series: figure key} of the figures read from /metrics, named by `metrics`."""
+    return {f.metric: f.key for f in figures.figures(metrics) if f.metric}
 
 
-def from_metrics(texts: Mapping[Key, str | None], previous: Snapshot | None, at: float) -> Snapshot:
+def from_metrics(
+    texts: Mapping[Key, str | None],
+    previous: Snapshot | None,
+    at: float,
+    metrics: Mapping[Key, Mapping[str, str]] | None = None,
+) -> Snapshot:
     """Each service's /metrics text (None: it did not answer); counters become rates against
-    the previous reading."""
+    the previous reading. `metrics`: each service's vLLM series names (its stack's; vLLM
+    0.12's where not given)."""
     snap = Snapshot(at=at)
     for key, text in texts.items():
         if text is None:
             snap.values[key] = {"up": 0.0}
             continue
-        read = parse_metrics(text, WANTED)
+        read = parse_metrics(text, wanted((metrics or {}).get(key) or rules.DEFAULT_SERIES))
         values = {"up": 1.0}
         for figure in FIGURES:
             if figure.key not in read:
