@@ -458,6 +458,41 @@ def test_planned_stops_drain_and_hooks_run_as_root_without_blocking() -> None:
             UnitOptions.from_vars(bad)
 
 
+def test_the_drain_counts_the_series_its_stack_names() -> None:
+    """vLLM's own names need no argument (units of the default stacks stay as they were); a
+    stack naming running / waiting otherwise hands vllm-drain its names."""
+    launch = _launch(LAB)
+    plan = host_plan(host_vars(*LAB))
+    renamed = {**plan.platform.metrics, "running": "vllm:requests_running"}
+    platform = dataclasses.replace(plan.platform, metrics=renamed)
+    unit = build(launch, platform, plan.context.models_root, None)
+    (stop,) = [d[1] for d in rendered(unit, "Service") if d[0] == "ExecStop"]
+    assert stop.endswith(f":{launch.port} 120 vllm:requests_running vllm:num_requests_waiting")
+
+
+def test_vllm_drain_counts_the_series_it_is_given() -> None:
+    import time
+
+    from metrics_endpoint import serve
+
+    started = time.monotonic()
+
+    def metrics() -> bytes:
+        running = 1 if time.monotonic() - started < 1.5 else 0
+        return (f"vllm:requests_running {running}.0\nvllm:num_requests_running 0.0\n").encode()
+
+    server = serve(metrics)
+    drain = Path(__file__).resolve().parents[2] / "roles/vllm_service/files/vllm-drain"
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        argv = [sys.executable, str(drain), url, "30", "vllm:requests_running", "vllm:waiting"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "drained 1 request(s)" in proc.stdout, proc
+        assert time.monotonic() - started >= 1.5
+    finally:
+        server.shutdown()
+
+
 def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
     """roles/vllm_service/files/vllm-drain against a real HTTP server whose /metrics shows
     one running request for ~1.5 s: it waits that long, says so, and exits 0. A /metrics too

@@ -22,6 +22,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
+from acceldeploy.planner.stacks import DEFAULT_METRICS
 from acceldeploy.serving import render
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import Launch
@@ -37,6 +38,8 @@ WILDCARD = ("0.0.0.0", "::", "")
 UNIT_DIR = "/etc/systemd/system"
 STATE_ROOT = "/var/lib/acceldeploy-vllm"
 READY_PYTHON = "/usr/bin/python3"
+# The series vllm-drain sums to count the requests in flight (stack roles, DEFAULT_METRICS).
+DRAIN_SERIES = ("running", "waiting")
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,10 @@ def _directives(
         start_pre.append(shlex.join(ray_wait_argv(launch, platform, place, opts)))
     ready = f"{READY_PYTHON} {place.ready_path} {place.base_url}/health {place.timeout}"
     drain = f"{READY_PYTHON} {place.drain_path} {place.base_url} {opts.drain_timeout}"
+    in_flight = [platform.metrics.get(role, DEFAULT_METRICS[role]) for role in DRAIN_SERIES]
+    if in_flight != [DEFAULT_METRICS[role] for role in DRAIN_SERIES]:
+        # vllm-drain's own defaults are vLLM's names: only another stack's names are passed
+        drain = " ".join([drain, *map(shlex.quote, in_flight)])
     numa = launcher.unit_numa(launch, opts.topology)
     return {
         "description": f"vLLM {launch.name}: {launch.model_path} ({launch.platform}) on "
