@@ -22,8 +22,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
 # each building the ~8 GB environment again.
 FIRST = ("test_python_env.py",)
 # Upgrades leave the hosts on other environments, and the isolated lab replaces them: after
-# everything else (`make test-slow`).
-LAST = ("test_upgrade_lab.py", "test_bundle_isolated.py")
+# everything else (`make test-slow`). The stack change goes first of them: it ends on the lab
+# inventory's stack with its own builds pruned, so the pins upgrade has the disk it needs.
+LAST = ("test_stack_upgrade_lab.py", "test_upgrade_lab.py", "test_bundle_isolated.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
