@@ -91,10 +91,14 @@ bench-noop: lab
 test-matrix: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s -m matrix tests/lab; rc=$$?; $(MAKE) lab-down; exit $$rc
 
-# The acceptance proofs too long for CI's 90 minutes (tests marked slow, ~45 min): upgrades (a
+# The acceptance proofs too long for CI's 90 minutes (tests marked slow, ~60 min): upgrades (a
 # pins change rolled through both hosts one at a time while the other serves, a broken one
-# rolled back on the first host; two extra ~8 GB env builds per host), a model revision round
-# trip, and tune's interrupted / resumed / applied cycle. Leaves the lab down.
+# rolled back on the first host; two extra ~8 GB env builds per host), a stack change
+# (test_stack_upgrade_lab.py, ~15 min on a converged lab: cpu-vllm-0.12.0 -> 0.13.0 -> a
+# broken 0.13.0 build -> 0.12.0, verify and bench on 0.13; three 8.1 GB builds per host at
+# its peak, ~49 GB on the disk the hosts share, checked before it builds; its own builds
+# pruned after), a model revision round trip, and tune's interrupted / resumed / applied
+# cycle. Leaves the lab down.
 test-slow: lab
 	ACCELDEPLOY_REQUIRE_LAB=1 $(BIN)/pytest -q -s --durations=10 -m slow tests/lab; rc=$$?; \
 	  $(MAKE) lab-down; exit $$rc
