@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from test_runtimes import OPTIONS, ascend_probe, gaudi_probe
+from unit_verify import verify_rendered
 
 from acceldeploy.bundle import hostclass
 from acceldeploy.data_files import DATA_DIR
@@ -27,7 +28,7 @@ from acceldeploy.planner.engineopts import platform_engine
 from acceldeploy.planner.platforms import get_platform
 from acceldeploy.runtimes import ascend, gaudi, python_env
 from acceldeploy.serving import gaudi_launch, hostplan
-from acceldeploy.serving.unit import UnitOptions, build, render_files
+from acceldeploy.serving.unit import UnitOptions, build
 
 ROOT = Path(__file__).resolve().parents[2]
 GAUDI = (str(ROOT / "inventory/examples/gaudi2"), "hpu-01")
@@ -406,18 +407,7 @@ def test_the_gaudi_plugin_stacks_unit_passes_systemd_analyze_verify(tmp_path: Pa
     (launch,) = plan.launches()
     unit = build(launch, plan.platform, plan.context.models_root,
                  UnitOptions(launcher_dir=str(tmp_path)))  # fmt: skip
-    for path, text in render_files(unit).items():
-        target = tmp_path / Path(path).name
-        target.write_text(text)
-        os.chmod(target, 0o755 if path.endswith(".launch") else 0o644)
-    Path(unit.ready_path).write_text("#!/bin/sh\n")
-    os.chmod(unit.ready_path, 0o755)
-    proc = subprocess.run(
-        ["systemd-analyze", "verify", str(tmp_path / Path(unit.unit_path).name)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert unit.name not in proc.stderr, proc.stderr
+    verify_rendered(unit, tmp_path)
 
 
 # --------------------------------------------------------------------------------------------

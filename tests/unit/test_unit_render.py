@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from unit_verify import verify_rendered
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import host_vars
@@ -347,18 +348,7 @@ def test_rendered_units_pass_systemd_analyze_verify(where, tmp_path):
     (launch,) = host_plan(host_vars(*where)).launches()
     # verify checks that ExecStart/ExecStartPost exist: point them into tmp_path
     unit = _build(where, launch, UnitOptions(launcher_dir=str(tmp_path)))
-    for path, text in render_files(unit).items():
-        target = tmp_path / Path(path).name
-        target.write_text(text)
-        os.chmod(target, 0o755 if path.endswith(".launch") else 0o644)
-    Path(unit.ready_path).write_text("#!/bin/sh\n")
-    os.chmod(unit.ready_path, 0o755)
-    unit_file = str(tmp_path / Path(unit.unit_path).name)
-    proc = subprocess.run(
-        ["systemd-analyze", "verify", unit_file], capture_output=True, text=True, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert unit.name not in proc.stderr, proc.stderr
+    verify_rendered(unit, tmp_path)
 
 
 def test_explicit_len_beyond_the_model_is_refused_before_vllm_does():
