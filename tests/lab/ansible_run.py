@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +30,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
+
+
+def as_at_a_terminal() -> None:
+    """Popen's preexec_fn for a command a test interrupts with SIGINT, as Ctrl-C at a terminal
+    would: a shell that starts the test run in the background (`make test &`) leaves SIGINT
+    ignored in every process under it, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def lab_inventory() -> Path:

@@ -18,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from ansible_run import run_playbook
+from ansible_run import as_at_a_terminal, run_playbook
 from labhost import INVENTORY, ROOT, on_host
 
 pytestmark = pytest.mark.e2e
@@ -168,7 +168,7 @@ def test_ctrl_c_stops_every_hosts_driver_at_once(out, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "tools/bench.py"), "-i", str(inventory), "--profile", "slow",
          "--out", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
+        text=True, preexec_fn=as_at_a_terminal,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300

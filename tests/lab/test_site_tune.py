@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_run import run_playbook
+from ansible_run import as_at_a_terminal, run_playbook
 from labhost import INVENTORY, ROOT, on_host
 
 pytestmark = pytest.mark.e2e
@@ -125,7 +125,7 @@ def test_grid_interrupted_resumed_applied_and_deployed(
     base = ["--space", SPACE, "--sla", SLA, "--headroom-mib", "512", "--runs", "3"]
     first = subprocess.Popen(
         [*tune_argv(inventory), *base, "--out", str(tmp_path)], stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        stderr=subprocess.STDOUT, text=True, preexec_fn=as_at_a_terminal,
     )  # fmt: skip
     try:
         wait_for(lambda: any(tmp_path.iterdir()), "the run directory")
