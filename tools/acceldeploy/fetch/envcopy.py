@@ -5,8 +5,9 @@ beside the final one, checks every installed file against its distribution's REC
 (``verify_records``), and only then renames it into place. The environment's path is the same
 on every host of the class, so what was built there runs here unchanged.
 
-GNU tar writes and reads the stream (in C, 2.5 times as fast as Python's tarfile on the lab's
-8.6 GB); it drops a leading ``/`` and refuses a member whose name holds ``..``.
+GNU tar writes and reads the stream (in C: 13.7 s against Python's tarfile's 34.5 s for a 7.7
+GB lab environment through a pipe); it drops a leading ``/`` and refuses a member whose name
+holds ``..``.
 """
 
 from __future__ import annotations

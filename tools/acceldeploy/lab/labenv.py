@@ -49,7 +49,7 @@ from acceldeploy.downloads.wheelhouse import (
     wheels_dir,
 )
 from acceldeploy.planner.stacks import installer_pin
-from acceldeploy.runtimes.python_env import UV_INSTALL
+from acceldeploy.runtimes.python_env import uv_install_argv
 
 LABENV_STAMP = "acceldeploy-labenv.json"
 # The installer a regenerated lock pins (resolved in with the stack): python_env and the labenv
@@ -153,9 +153,8 @@ def build_labenv(
             if uv:
                 # the lock's own installer first, then the lock by it, on every core
                 run_logged([*pip, "--no-deps", uv], log, env)
-                uv_install = [str(venv / "bin" / "uv"), *UV_INSTALL, "--python", vpython]
-                uv_install += ["--no-index", "--find-links", str(wheels)]
-                run_logged([*uv_install, "-r", req.name], log, env)
+                source = ["--no-index", "--find-links", str(wheels)]
+                run_logged(uv_install_argv(str(venv), source, req.name), log, env)
             elif lock:
                 run_logged([*pip, "--no-deps", "-r", req.name], log, env)
             else:

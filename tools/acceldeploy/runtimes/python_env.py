@@ -50,12 +50,12 @@ PIP_QUIET = [
     "off",
     "--no-compile",
 ]
-# Every .py of the environment byte-compiled on every core, as pip would have (a file that does
-# not compile, such as a test written for another Python, is skipped as pip skips it), so the
-# service, which cannot write into the environment, does not compile at each start.
 # uv installs a lock pinning it: no cache kept (its temporary one is under the step's TMPDIR,
 # beside the environment, so that uv hard-links from it), no bytecode (as pip's --no-compile).
 UV_INSTALL = ["pip", "install", "--quiet", "--no-deps", "--no-cache", "--no-progress"]
+# Every .py of the environment byte-compiled on every core, as pip would have (a file that does
+# not compile, such as a test written for another Python, is skipped as pip skips it), so the
+# service, which cannot write into the environment, does not compile at each start.
 COMPILE_ALL = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
 CREDENTIALS = re.compile(r"(?<=://)[^/@\s:]+(?::[^/@\s]*)?@")
 # The version an interpreter's name shows: python2.7, python3, python3.13t.
@@ -333,6 +333,14 @@ def _uv_source_args(pip_source: list[str]) -> list[str]:
     return args
 
 
+def uv_install_argv(env: str, pip_source: list[str], requirements: str) -> list[str]:
+    """The uv installed in ``env`` installing ``requirements`` (--no-deps) into env's Python,
+    from pip's sources."""
+    python = f"{env}/bin/python"
+    uv = [f"{env}/bin/uv", *UV_INSTALL, "--python", python, *_uv_source_args(pip_source)]
+    return [*uv, "-r", requirements]
+
+
 def _cpu_install(build: _Build, manager: str) -> None:
     """The lock installed with --no-deps: by uv when the lock pins it and the environment is a
     venv (uv unpacks the wheels on every core; pip, one at a time, took 2.5 times as long for
@@ -351,15 +359,7 @@ def _cpu_install(build: _Build, manager: str) -> None:
     build.steps.append(
         _step(
             "install the pinned set with uv (--no-deps: the lock is complete)",
-            [
-                f"{build.env}/bin/uv",
-                *UV_INSTALL,
-                "--python",
-                build.python,
-                *_uv_source_args(build.source),
-                "-r",
-                build.requirements_path,
-            ],
+            uv_install_argv(build.env, build.source, build.requirements_path),
         )
     )
 
