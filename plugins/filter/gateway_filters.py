@@ -28,14 +28,17 @@ def gateway_plan(
     addresses: Mapping[str, Any],
     gateways: Mapping[str, Any],
     settings: Mapping[str, Any],
+    gateway_services: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """gateway_frontends | gateway_plan({host: acceldeploy_services}, {host: platform},
     {host: address}, {gateway: address}, {bind, client_keys, allow_unauthenticated,
-    stats_port}): the frontends and their servers, as the template prints them."""
+    stats_port, tls_certificate}[, {gateway: acceldeploy_services}]): the frontends and their
+    servers, as the template prints them."""
     view = _serving(services, platforms, addresses)
     chosen = plan.Settings(**plain(dict(settings)))
     reach = {str(k): str(v) for k, v in gateways.items()}
-    return [f.to_dict() for f in plan.plan(plain(frontends), view, reach, chosen)]
+    own = {str(k): plain(v) for k, v in (gateway_services or {}).items()}
+    return [f.to_dict() for f in plan.plan(plain(frontends), view, reach, chosen, own)]
 
 
 def gateway_backend_keys(

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import groups, roledefaults
+from acceldeploy.inventory import groups, nonserving, roledefaults
 from acceldeploy.serving.service import (
     LOOPBACK,
     WILDCARDS,
@@ -58,6 +58,8 @@ class Settings:
     client_keys: bool = False
     allow_unauthenticated: bool = False
     stats_port: int = 0
+    # gateway_tls_certificate: a path on each gateway host (the role copies nothing there).
+    tls_certificate: str = ""
 
 
 def _served(
@@ -96,6 +98,17 @@ def _port(value: Any, var: str) -> int:
     return value
 
 
+def _certificate(path: str) -> None:
+    """gateway_tls_certificate: the PEM HAProxy reads on the gateway host, its `crt`
+    argument as the template prints it (unquoted: a space would end it)."""
+    if path and (not path.startswith("/") or any(c.isspace() for c in path)):
+        raise AcceldeployError(
+            "gateway_tls_certificate must be the absolute path, without spaces, of the PEM "
+            "(certificate, chain and key) on the gateway hosts, such as "
+            f"/etc/haproxy/certs/gateway.pem, or empty for no TLS; got {path!r}"
+        )
+
+
 def _pick(raw: Any, offered: list[Server], service: str, var: str) -> tuple[Server, ...]:
     """The frontend's own `servers` list (each {host, port} a service of that name has), or
     every host that serves it."""
@@ -124,9 +137,11 @@ def plan(
     serving: Mapping[str, Mapping[str, Any]],
     gateways: Mapping[str, str],
     settings: Settings = Settings(),
+    gateway_services: Mapping[str, Any] | None = None,
 ) -> list[Frontend]:
     """gateway_frontends ([{service, port, bind?, servers?}]) against the serving hosts'
-    views ({host: {address, platform, services}}) and the gateways ({host: address})."""
+    views ({host: {address, platform, services}}) and the gateways ({host: address});
+    gateway_services ({gateway: its acceldeploy_services}): none that no serving host runs."""
     if not gateways:
         raise AcceldeployError("the gateways group is empty: list the gateway hosts in it")
     if not isinstance(frontends, list) or not frontends:
@@ -134,8 +149,10 @@ def plan(
             f"{VAR} must list the services the gateway publishes, e.g. "
             "[{service: qwen3-vl, port: 9001}]"
         )
+    _certificate(settings.tls_certificate)
     served = _served(serving)
     _keys(served)
+    _none_only_here(gateway_services or {}, serving)
     ports: dict[int, str] = {}
     if settings.stats_port:
         ports[settings.stats_port] = "gateway_stats_port"
@@ -166,6 +183,16 @@ def plan(
         servers = _pick(raw.get("servers"), offered, str(name), f"{var}.servers")
         result.append(Frontend(str(name), port, bind, servers))
     return result
+
+
+def _none_only_here(
+    gateway_services: Mapping[str, Any], serving: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """A gateway runs no vLLM: a service the inventory gives a gateway host and no serving
+    host would run nowhere (the fleet's own, inherited from group_vars/all, passes)."""
+    names = {n for v in serving.values() for n in nonserving.service_names(v.get("services"))}
+    for host, services in sorted(gateway_services.items()):
+        nonserving.unserved(str(host), GROUP, services, names)
 
 
 def _keys(served: Mapping[str, list[tuple[str, str, Service]]]) -> dict[str, str]:
@@ -248,6 +275,7 @@ def settings(hostvars: Mapping[str, Any]) -> Settings:
         client_keys=bool(roledefaults.value(hostvars, "gateway_client_keys")),
         allow_unauthenticated=bool(roledefaults.value(hostvars, "gateway_allow_unauthenticated")),
         stats_port=int(roledefaults.value(hostvars, "gateway_stats_port") or 0),
+        tls_certificate=str(roledefaults.value(hostvars, "gateway_tls_certificate") or ""),
     )
 
 

@@ -1,4 +1,5 @@
-"""The roles' day-2 numbers (timeouts, retries, counts, keeps, batches) and their bounds.
+"""The roles' day-2 numbers (timeouts, retries, counts, keeps, batches) and their bounds, and
+the durations a role hands straight to a program (HAProxy's, Prometheus's: durations.py).
 
 A role's argument spec says only `int` or `float` (Ansible's specs have no minimum or maximum),
 and a number out of range acts late or wrongly: a negative python_env_keep pruned every older
@@ -15,9 +16,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import durations
 
 DAY = 86400
 
@@ -94,8 +97,78 @@ def check_serial(serial: Any) -> tuple[int, float]:
     )
 
 
-# Bounded by a check of their own: a count or a share of the hosts.
-CHECKS: dict[str, Callable[[Any], Any]] = {"vllm_service_serial": check_serial}
+# The keys roles/gateway/templates/haproxy.cfg.j2 reads of gateway_timeouts and gateway_check.
+GATEWAY_TIMEOUTS = ("connect", "client", "server", "http_request", "queue", "check")
+GATEWAY_CHECK = ("inter", "fall", "rise")
+
+
+def _fields(value: Any, name: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    """A mapping the template reads key by key: each of its keys there, no other (a mapping
+    given replaces the role's default whole)."""
+    if not isinstance(value, Mapping):
+        raise AcceldeployError(f"{name} must be a mapping of {', '.join(keys)}, got {value!r}")
+    unknown = sorted(str(key) for key in value if key not in keys)
+    if unknown:
+        raise AcceldeployError(f"{name}.{unknown[0]}: no such key; known: {', '.join(keys)}")
+    missing = [key for key in keys if key not in value]
+    if missing:
+        raise AcceldeployError(
+            f"{name} has no {missing[0]}: the inventory's {name} replaces the role's default "
+            f"as a whole; give each of {', '.join(keys)}"
+        )
+    return value
+
+
+def _haproxy_time(value: Any, name: str, positive: bool = False) -> None:
+    ms = durations.haproxy_ms(value)
+    if ms is None or (positive and ms <= 0):
+        above = " above 0" if positive else ""
+        raise AcceldeployError(
+            f"{name} must be a HAProxy duration{above}: {durations.HAPROXY_SYNTAX}, got {value!r}"
+        )
+
+
+def check_gateway_timeouts(value: Any) -> None:
+    """gateway_timeouts: each of HAProxy's timeouts the config sets, a duration it reads."""
+    timeouts = _fields(value, "gateway_timeouts", GATEWAY_TIMEOUTS)
+    for key in GATEWAY_TIMEOUTS:
+        _haproxy_time(timeouts[key], f"gateway_timeouts.{key}")
+
+
+def check_gateway_check(value: Any) -> None:
+    """gateway_check: the health checks' interval (above 0: HAProxy refuses 0), the misses
+    before a server is out and the answers before it is back (at least 1)."""
+    check = _fields(value, "gateway_check", GATEWAY_CHECK)
+    _haproxy_time(check["inter"], "gateway_check.inter", positive=True)
+    for key in ("fall", "rise"):
+        count = check[key]
+        text = "" if isinstance(count, bool) else str(count)
+        if not WHOLE.fullmatch(text) or int(text) < 1:
+            raise AcceldeployError(
+                f"gateway_check.{key} must be a whole number from 1 (health checks in a row), "
+                f"got {count!r}"
+            )
+
+
+def check_prometheus(name: str, value: Any) -> float:
+    """A Prometheus duration above 0, in seconds (0 would be Prometheus's own default)."""
+    seconds = durations.prometheus_seconds(value)
+    if not seconds:
+        raise AcceldeployError(
+            f"{name} must be a Prometheus duration above 0: {durations.PROMETHEUS_SYNTAX}, "
+            f"got {value!r}"
+        )
+    return seconds
+
+
+# Bounded by a check of their own: a count or a share of the hosts, a program's durations.
+CHECKS: dict[str, Callable[[Any], Any]] = {
+    "vllm_service_serial": check_serial,
+    "gateway_timeouts": check_gateway_timeouts,
+    "gateway_check": check_gateway_check,
+    "monitor_scrape_interval": partial(check_prometheus, "monitor_scrape_interval"),
+    "monitor_retention": partial(check_prometheus, "monitor_retention"),
+}
 
 
 def names(role: str) -> list[str]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import groups, roledefaults
+from acceldeploy.inventory import groups, nonserving, roledefaults
 from acceldeploy.monitor import device_exporters, rules
 from acceldeploy.planner.stacks import STACK_VAR, STACKS_FILE, host_stack, metric_names
 from acceldeploy.serving import cluster
@@ -35,6 +35,10 @@ JOBS = ("vllm", "node", "ray", "npu", "gaudi")
 # The device exporters' ports: MindCluster's npu-exporter and Habana's metric exporter.
 DEVICE_JOBS = {"ascend": ("npu", "monitor_npu_exporter_port"),
                "gaudi": ("gaudi", "monitor_gaudi_exporter_port")}  # fmt: skip
+NODE_EXPORTER_PORT = "monitor_node_exporter_port"
+# What listens on each exporter's port, for the messages.
+EXPORTERS = {NODE_EXPORTER_PORT: "node exporter", "monitor_npu_exporter_port": "npu-exporter",
+             "monitor_gaudi_exporter_port": "Intel's metric exporter"}  # fmt: skip
 # What the role installs from the distribution: Prometheus on the monitors, node exporter on
 # every host (the offline bundle carries them).
 PACKAGES = ("prometheus",)
@@ -63,7 +67,19 @@ def address(host: str, hostvars: Mapping[str, Any]) -> str:
 
 
 def node_exporter_port(hostvars: Mapping[str, Any]) -> int:
-    return int(roledefaults.value(hostvars, "monitor_node_exporter_port"))
+    return int(roledefaults.value(hostvars, NODE_EXPORTER_PORT))
+
+
+def exporters(hostvars: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """(job, variable, port) of the exporters the monitors scrape on a host: node exporter,
+    and its platform's device exporter where the role deploys it or the inventory says it
+    runs."""
+    found = [("node", NODE_EXPORTER_PORT, node_exporter_port(hostvars))]
+    platform = str(hostvars.get("acceldeploy_platform") or "")
+    if platform in DEVICE_JOBS and device_exporters.scraped(hostvars):
+        job, var = DEVICE_JOBS[platform]
+        found.append((job, var, int(roledefaults.value(hostvars, var))))
+    return found
 
 
 def _services(host: str, hv: Mapping[str, Any]) -> list[Any]:
@@ -81,17 +97,15 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
     monitors = {h: address(h, hv) for h, hv in every.items() if is_monitor(hv)}
     if not monitors:
         raise AcceldeployError("the monitors group is empty: list the monitor hosts in it")
-    found = []
+    found, parsed = [], {}
     for host, hv in sorted(every.items()):
         here = address(host, hv)
-        found.append(Target("node", here, node_exporter_port(hv), (("host", host),)))
-        platform = str(hv.get("acceldeploy_platform") or "")
         device_exporters.plan(host, hv)  # its inputs refused here too, in preflight
-        if platform in DEVICE_JOBS and device_exporters.scraped(hv):
-            job, var = DEVICE_JOBS[platform]
-            port = int(roledefaults.value(hv, var))
+        for job, _, port in exporters(hv):
             found.append(Target(job, here, port, (("host", host),)))
-        for service in _services(host, hv):
+        platform = str(hv.get("acceldeploy_platform") or "")
+        parsed[host] = _services(host, hv)
+        for service in parsed[host]:
             labels = (("host", host), ("service", service.name), ("platform", platform))
             if service.nodes:
                 node = (("host", host), ("service", service.name))
@@ -100,7 +114,79 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
                     continue  # a worker node: its head answers the API
             reach = reached_by(service, host, here, monitors.values(), "monitor")
             found.append(Target("vllm", reach, service.port, labels))
+    _none_only_on_monitors(every)
+    for host, hv in sorted(every.items()):
+        _own_ports(host, hv, parsed[host])
     return found
+
+
+def _none_only_on_monitors(every: Mapping[str, Mapping[str, Any]]) -> None:
+    """A monitor runs no vLLM: a service the inventory gives a monitor host and no serving
+    host would run nowhere (the fleet's own, inherited from group_vars/all, passes)."""
+    served = {name for hv in every.values() if groups.serves(hv)
+              for name in nonserving.service_names(hv.get("acceldeploy_services"))}  # fmt: skip
+    for host, hv in sorted(every.items()):
+        if is_monitor(hv):
+            nonserving.unserved(host, GROUP, hv.get("acceldeploy_services"), served)
+
+
+def _whole(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    text = str(value).strip()
+    return int(text) if text.isdigit() else None
+
+
+def _gateway_ports(hostvars: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """(port, what) of a gateway host's HAProxy: its frontends and its stats page."""
+    taken = []
+    frontends = roledefaults.value(hostvars, "gateway_frontends")
+    for i, frontend in enumerate(frontends if isinstance(frontends, list) else []):
+        port = _whole(frontend.get("port")) if isinstance(frontend, Mapping) else None
+        if port:
+            service = frontend.get("service")
+            taken.append((port, f"gateway_frontends[{i}].port (the gateway's {service} frontend)"))
+    stats = _whole(roledefaults.value(hostvars, "gateway_stats_port"))
+    if stats:
+        taken.append((stats, "gateway_stats_port (the gateway's stats page)"))
+    return taken
+
+
+def _taken(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> list[tuple[int, str]]:
+    """(port, what) the inventory already gives a host: SSH, its services' (and their Ray's),
+    a gateway's HAProxy, a monitor's Prometheus."""
+    ssh = _whole(hostvars.get("ansible_port") or 22)
+    taken = [(ssh, "the SSH port (ansible_port, 22 when unset)")] if ssh else []
+    for s in services:
+        head = not s.nodes or s.nodes[0] == host
+        if head:
+            taken.append((s.port, f"the port of service {s.name} ({s.where}.port)"))
+        if s.nodes and head:
+            taken.append((s.cluster_port, f"the Ray port of service {s.name} "
+                                          f"({s.where}.cluster_port)"))  # fmt: skip
+        if s.nodes:
+            taken.append((metrics_port(s), f"the Ray metrics port of service {s.name} "
+                                           f"({s.where}.cluster_port + 1)"))  # fmt: skip
+    if groups.in_group(hostvars, groups.GATEWAYS):
+        taken += _gateway_ports(hostvars)
+    if is_monitor(hostvars):
+        port = int(roledefaults.value(hostvars, "monitor_prometheus_port"))
+        taken.append((port, "monitor_prometheus_port (Prometheus)"))
+    return taken
+
+
+def _own_ports(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> None:
+    """Each exporter on a port of its own: none on a port the inventory already gives the host,
+    nor two on one."""
+    taken = _taken(host, hostvars, services)
+    for _, var, port in exporters(hostvars):
+        clash = next((what for used, what in taken if used == port), None)
+        if clash:
+            raise AcceldeployError(
+                f"{host}: {var} {port} is also {clash} on this host: {EXPORTERS[var]} would "
+                f"listen on it too; give {var} another port"
+            )
+        taken.append((port, var))
 
 
 # The variable naming another stacks file (python_env's), as the hosts' other roles read it.
@@ -166,7 +252,9 @@ VIEW_KEYS = ("group_names", "ansible_host", cluster.NODE_IP_VAR, "acceldeploy_pl
              "acceldeploy_services", STACK_VAR, STACKS_FILE_VAR,
              "monitor_node_exporter_port", "monitor_device_exporters",
              "monitor_npu_exporter_port", "monitor_gaudi_exporter_port",
-             *device_exporters.VIEW_KEYS)  # fmt: skip
+             # the ports the inventory gives a host, which its exporters must not take
+             "ansible_port", "monitor_prometheus_port", "gateway_frontends",
+             "gateway_stats_port", *device_exporters.VIEW_KEYS)  # fmt: skip
 
 
 def host_view(hostvars: Mapping[str, Any]) -> dict[str, Any]:

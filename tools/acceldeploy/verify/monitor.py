@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import roledefaults
-from acceldeploy.monitor import rules, targets
+from acceldeploy.inventory import bounds, roledefaults
+from acceldeploy.monitor import targets
 from acceldeploy.monitor.promapi import Api
 from acceldeploy.serving.service import on_host
 from acceldeploy.verify.model import Check, Status
@@ -66,7 +66,7 @@ def check_monitor(
     var = "monitor_scrape_interval"
     try:
         expected = targets.targets(every)
-        interval = rules.seconds(roledefaults.value(hostvars, var), var)
+        interval = bounds.check_prometheus(var, roledefaults.value(hostvars, var))
     except AcceldeployError as exc:
         return [Check(hostname, "inventory", "fail", str(exc), "fix the inventory")]
     wanted = {_key(t.job, dict(t.labels)): t for t in expected}

@@ -1,0 +1,34 @@
+"""What the inventory gives the hosts that run no vLLM (the gateways and the monitors,
+groups.py): a service of theirs that no serving host runs would run nowhere, since every
+serving play skips them. The fleet's own services, which such a host inherits from
+group_vars/all like every host, run on the serving hosts and pass."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+
+
+def service_names(services: Any) -> list[str]:
+    """The names of an acceldeploy_services value, unparsed (an entry without one shown as
+    it is)."""
+    if not services:
+        return []
+    entries = services if isinstance(services, list) else [services]
+    return [str(e.get("name")) if isinstance(e, Mapping) else repr(e) for e in entries]
+
+
+def unserved(host: str, group: str, services: Any, served: Collection[str]) -> None:
+    """Refuse the services a host of the gateways or monitors group is given that no serving
+    host runs (served: the serving hosts' service names)."""
+    stray = [name for name in service_names(services) if name not in served]
+    if stray:
+        them = ", ".join(dict.fromkeys(stray))
+        raise AcceldeployError(
+            f"{host}: acceldeploy_services gives it {them}, which no serving host runs, but "
+            f"{host} is in the {group} group, whose hosts run no vLLM (every serving play "
+            f"skips them): move {them} to the acceldeploy_services of a serving host, or take "
+            f"{host} out of the {group} group"
+        )
