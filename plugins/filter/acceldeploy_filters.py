@@ -10,7 +10,7 @@ from typing import Any
 
 from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import bounds, varcheck
+from acceldeploy.inventory import bounds, groups, varcheck
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.runtimes import stacklock
 from acceldeploy.serving import cluster, hostplan
@@ -102,6 +102,17 @@ def acceldeploy_variable_pattern(_: Any = None) -> str:
     return "^(" + "|".join(varcheck.PREFIXES) + ")"
 
 
+def acceldeploy_serving_pattern(inventory_groups: Mapping[str, Any]) -> str:
+    """groups | acceldeploy_serving_pattern: the host pattern of every host that serves models
+    (all but the gateways and monitors), for the play that computes acceldeploy_serving."""
+    return groups.serving_pattern(plain(dict(inventory_groups)))
+
+
+def acceldeploy_apart_pattern(inventory_groups: Mapping[str, Any]) -> str:
+    """groups | acceldeploy_apart_pattern: the host pattern of the gateways and the monitors."""
+    return groups.apart_pattern(plain(dict(inventory_groups)))
+
+
 def acceldeploy_target_probe(inputs: Mapping[str, Any]) -> str:
     """Preflight's first contact: the read-only shell probe for every interpreter in use and
     the runtime's version files and tools (the stack lock)."""
@@ -133,6 +144,13 @@ def acceldeploy_whole_run(run_tags: Any, skip_tags: Any, check_mode: Any) -> boo
     return drift.whole_run(list(run_tags), list(skip_tags), bool(check_mode))
 
 
+def acceldeploy_verify_follows(run_tags: Any, skip_tags: Any, check_mode: Any) -> bool:
+    """ansible_run_tags | acceldeploy_verify_follows(ansible_skip_tags, ansible_check_mode):
+    whether site.yml's verify play (tagged verify, not run in check mode) will check every
+    service later in this run, so serve's no-op path need not."""
+    return not bool(check_mode) and drift.play_runs(["verify"], list(run_tags), list(skip_tags))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -148,8 +166,11 @@ class FilterModule:
             acceldeploy_unknown_variables,
             acceldeploy_type_errors,
             acceldeploy_variable_pattern,
+            acceldeploy_serving_pattern,
+            acceldeploy_apart_pattern,
             acceldeploy_target_probe,
             acceldeploy_target,
             acceldeploy_state_key,
             acceldeploy_whole_run,
+            acceldeploy_verify_follows,
         )

@@ -182,3 +182,12 @@ def test_only_a_whole_real_run_records() -> None:
     assert not drift.whole_run(["all"], [], True)
     assert not drift.whole_run(["serve"], [], False)
     assert not drift.whole_run(["all"], ["verify"], False)
+
+
+def test_a_play_runs_as_ansible_selects_it_by_tags() -> None:
+    assert drift.play_runs(["verify"], ["all"], [])
+    assert drift.play_runs(["verify"], ["verify", "serve"], [])
+    assert not drift.play_runs(["verify"], ["serve"], [])
+    assert not drift.play_runs(["verify"], ["all"], ["verify"])
+    assert not drift.play_runs(["verify"], ["all"], ["all"])
+    assert drift.play_runs(["verify"], ["all"], ["monitor"])

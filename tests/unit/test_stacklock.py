@@ -438,19 +438,22 @@ def test_preflight_refuses_at_first_contact_before_any_change(tmp_path: Path) ->
     )  # fmt: skip
     assert proc.returncode != 0
     data = json.loads(proc.stdout[proc.stdout.index("{") :])
+    # The inventory's checks passed (no host contacted there), then the first contact refused.
     assert [p["play"]["name"] for p in data["plays"]] == [
-        "Preflight - check the inventory before changing any host"
+        "Preflight - check the inventory before changing any host",
+        "Preflight - check the gateways' frontends and the monitors' targets before changing any host",
+        "Preflight - first contact with each host, then the controller's downloads",
     ]
     assert all(s["changed"] == 0 and s["unreachable"] == 0 for s in data["stats"].values())
     first_contact = "A supported target, with every interpreter the stages use and the stack's versions (fails naming the fix)"  # fmt: skip
     failed = {
         host: str(result.get("msg", ""))
-        for task in data["plays"][0]["tasks"]
+        for task in data["plays"][-1]["tasks"]
         if task["task"]["name"].endswith(first_contact)
         for host, result in task["hosts"].items()
         if result.get("failed")
     }
-    assert set(failed) == {"npu-local", "hpu-local"}, data["plays"][0]["tasks"][-1]
+    assert set(failed) == {"npu-local", "hpu-local"}, data["plays"][-1]["tasks"][-1]
     assert "CANN 8.2.RC1 is installed" in failed["npu-local"]
     assert "acceldeploy_stack = ascend-vllm-0.12.0rc1 (the ascend default)" in failed["npu-local"]
     hpu = failed["hpu-local"]

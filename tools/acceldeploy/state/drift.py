@@ -221,6 +221,13 @@ def whole_run(run_tags: Iterable[str], skip_tags: Iterable[str], check_mode: boo
     return list(run_tags) == ["all"] and not list(skip_tags) and not check_mode
 
 
+def play_runs(play_tags: Iterable[str], run_tags: Iterable[str], skip_tags: Iterable[str]) -> bool:
+    """Whether a play tagged play_tags runs under --tags run_tags --skip-tags skip_tags (every
+    task in it untagged, as verify's are)."""
+    tags, run, skip = set(play_tags), set(run_tags), set(skip_tags)
+    return ("all" in run or bool(tags & run)) and not (tags & skip or "all" in skip)
+
+
 def state_key(inputs: Any, code: str) -> str:
     text = json.dumps(inputs, sort_keys=True, default=str)
     return hashlib.sha256(f"{code}\n{text}".encode()).hexdigest()
