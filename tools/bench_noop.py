@@ -9,10 +9,13 @@ itself costs on this machine as hosts are added), with the project's Ansible set
 and with stock ones (forks 5, no pipelining, the default SSH arguments, no fact cache, and
 every play gathering every fact, as a play without gather_facts does: the bench runs a copy
 of the playbooks without those keys).
-`--site` also times the whole site.yml on the running lab as it is (run it after `make demo`:
-its two hosts serve vLLM).
+`--site` times the whole site.yml on the running lab as it is instead (run it after `make
+demo`: its two hosts serve vLLM), with the project's settings only unless `--stock`, and prints
+its median beside the last figure recorded for that many hosts in docs/benchmarks/noop.yml,
+with a warning line when it grew by more than 20 % (a benchmark, not an assertion: `make test`
+prints it at the end of its e2e block).
 
-    python3 tools/bench_noop.py [--hosts 1,2,4,8] [--runs 3] [--site] [--json FILE]
+    python3 tools/bench_noop.py [--hosts 1,2,4,8] [--runs 3] [--site [--stock]] [--json FILE]
                                 [--mitogen DIR]
 
 ``--mitogen DIR`` adds a column with Mitogen's strategy (DIR holds the ansible_mitogen
@@ -70,6 +73,9 @@ STOCK = {
     "ANSIBLE_GATHERING": "implicit",
     "ANSIBLE_CACHE_PLUGIN": "memory",
 }
+# The last recorded no-op site.yml per host count, which --site compares with.
+RECORDED = ROOT / "docs" / "benchmarks" / "noop.yml"
+GROWTH_WARNING = 0.20
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -142,6 +148,7 @@ def stock_copy() -> Iterator[Path]:
             target.write_text(yaml.safe_dump(plays, sort_keys=False, width=100))
         (top / FLOOR).write_text(yaml.safe_dump([stock_play(p) for p in FLOOR_PLAY]))
         (top / "tools").symlink_to(ROOT / "tools")  # verify.yml: {{ playbook_dir }}/../tools
+        (top / "playbooks" / "tasks").symlink_to(ROOT / "playbooks" / "tasks")
         yield top
     finally:
         shutil.rmtree(top)
@@ -172,21 +179,53 @@ def floor_playbook() -> Iterator[str]:
 
 
 def bench_stage(
-    hosts: int, stage: str, playbook: str, runs: int, mitogen: dict[str, str] | None = None
+    hosts: int,
+    stage: str,
+    playbook: str,
+    runs: int,
+    mitogen: dict[str, str] | None = None,
+    stock_too: bool = True,
 ) -> Row:
     row = Row(hosts, stage, [], [])
     with stock_copy() as stock, floor_playbook() as floor:
         tuned = floor if playbook == FLOOR else playbook
         for _ in range(runs):
             row.tuned.append(play(tuned))
-            row.stock.append(play(str(stock / playbook), STOCK))
+            if stock_too:
+                row.stock.append(play(str(stock / playbook), STOCK))
             if mitogen:
                 row.mitogen.append(play(tuned, mitogen))
-    say(
-        f"    {hosts} hosts, {stage}: {statistics.median(row.tuned):.1f} s tuned, "
-        f"{statistics.median(row.stock):.1f} s stock"
-    )
+    stock_figure = f", {statistics.median(row.stock):.1f} s stock" if row.stock else ""
+    say(f"    {hosts} hosts, {stage}: {statistics.median(row.tuned):.1f} s tuned{stock_figure}")
     return row
+
+
+def recorded_site(hosts: int, path: Path = RECORDED) -> dict[str, object] | None:
+    """The last no-op site.yml figure recorded for this many hosts, if any."""
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    found = ((data or {}).get("site") or {}).get(hosts)
+    return dict(found) if isinstance(found, dict) else None
+
+
+def compare_with_recorded(row: Row, recorded: dict[str, object] | None) -> list[str]:
+    """The median beside the recorded figure; a warning line when it grew by over 20 %."""
+    median = statistics.median(row.tuned)
+    runs = ", ".join(f"{t:.1f}" for t in row.tuned)
+    lines = [f"no-op site.yml on {row.hosts} hosts: median {median:.1f} s (runs: {runs})"]
+    if recorded is None:
+        return [*lines, f"  no figure recorded for {row.hosts} hosts in {RECORDED.name}"]
+    seconds = float(str(recorded["seconds"]))
+    growth = median / seconds - 1
+    lines.append(
+        f"  recorded: {seconds:.1f} s on {recorded.get('date')} ({recorded.get('page')}); "
+        f"now {growth:+.0%}"
+    )
+    if growth > GROWTH_WARNING:
+        lines.append(
+            f"WARNING: the no-op site.yml grew {growth:.0%} over its recorded {seconds:.1f} s "
+            f"(more than {GROWTH_WARNING:.0%}): find the task that grew with the task profile"
+        )
+    return lines
 
 
 def bench_hosts(count: int, runs: int, mitogen: dict[str, str] | None) -> list[Row]:
@@ -211,8 +250,9 @@ def table(rows: list[Row]) -> Table:
     first = {r.stage: statistics.median(r.tuned) for r in rows if r.hosts == rows[0].hosts}
     for r in rows:
         tuned = statistics.median(r.tuned)
-        cells = [str(r.hosts), r.stage, f"{tuned:.1f}", f"{statistics.median(r.stock):.1f}"]
-        cells += [f"{r.speedup:.2f}x", f"{tuned / first[r.stage]:.2f}x"]
+        stock = f"{statistics.median(r.stock):.1f}" if r.stock else ""
+        cells = [str(r.hosts), r.stage, f"{tuned:.1f}", stock]
+        cells += [f"{r.speedup:.2f}x" if r.stock else "", f"{tuned / first[r.stage]:.2f}x"]
         if mitogen:
             cells.append(f"{statistics.median(r.mitogen):.1f}" if r.mitogen else "")
         out.add_row(*cells)
@@ -224,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", default="1,2,4,8", help="host counts (default %(default)s)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per cell (median)")
     parser.add_argument("--site", action="store_true", help="only site.yml on the running lab")
+    parser.add_argument("--stock", action="store_true", help="--site: also with stock settings")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("--mitogen", type=Path, help="also time Mitogen's strategy (its dir)")
     args = parser.parse_args(argv)
@@ -231,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         mitogen = mitogen_env(args.mitogen)
         if args.site:
             hosts = len(read_inventory(INVENTORY / "hosts.yml"))
-            say(f"==> site.yml on the running lab ({hosts} hosts): time no-op reruns")
-            rows = [bench_stage(hosts, "site", "site.yml", args.runs, mitogen)]
+            say(f"==> site.yml on the running lab ({hosts} hosts): one run to settle, then no-ops")
+            play("site.yml", noop=False)
+            rows = [bench_stage(hosts, "site", "site.yml", args.runs, mitogen, args.stock)]
         else:
             counts = [int(n) for n in args.hosts.split(",")]
             rows = [r for n in counts for r in bench_hosts(n, args.runs, mitogen)]
@@ -241,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_noop: {exc}", file=sys.stderr)
         return 1
     Console().print(table(rows))
+    if args.site:
+        print("\n".join(compare_with_recorded(rows[0], recorded_site(rows[0].hosts))))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
     return 0

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.inventory.ansible_adapter import filters, plain
-from acceldeploy.monitor import dashboards, device_exporters, rules, targets
+from acceldeploy.monitor import dashboards, device_exporters, record, rules, targets
 
 
 def monitor_host_view(hostvars: Mapping[str, Any]) -> dict[str, Any]:
@@ -25,6 +25,14 @@ def monitor_metrics(views: Mapping[str, Any]) -> dict[str, str]:
     """{host: monitor_host_view} | monitor_metrics: {role: vLLM series name} of the stacks the
     monitors scrape, refused naming both stacks when two name a series differently."""
     return targets.series(plain(dict(views)))
+
+
+def monitor_state_spec(
+    device_exporter: Mapping[str, Any], is_monitor: Any, paths: Mapping[str, Any]
+) -> dict[str, list[str]]:
+    """monitor_device_exporter | monitor_state_spec(monitor_is_monitor, {config_dir, libexec_dir,
+    grafana_dir}): the files, trees and units the no-op path watches on this host."""
+    return record.spec(plain(dict(device_exporter)), bool(is_monitor), plain(dict(paths)))
 
 
 def monitor_units(hostvars: Mapping[str, Any], host: str) -> list[str]:
@@ -66,6 +74,7 @@ class FilterModule:
             monitor_file_sd,
             monitor_metrics,
             monitor_units,
+            monitor_state_spec,
             monitor_rules,
             monitor_dashboards,
             monitor_device_exporter,

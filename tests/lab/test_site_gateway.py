@@ -87,6 +87,12 @@ def test_site_deploys_the_gateway_and_a_second_run_changes_nothing(gateway: str)
     assert on_host(GATEWAY, "ls /etc/systemd/system | grep -c qwen3-vl || true").strip() == "0"
     keys = on_host(GATEWAY, "stat -c '%a %U' /etc/haproxy/acceldeploy-backend-keys.map")
     assert keys.strip() == "600 root"
+    # A hand edit is drift: the no-op path's one call finds it, the role's full path repairs it.
+    on_host(GATEWAY, f"echo '# edited by hand' >> {CONFIG}")
+    repaired = run_playbook("playbooks/gateway.yml", INVENTORY, timeout=900)
+    assert repaired.ok, repaired.output[-4000:]
+    assert repaired.drift()[GATEWAY] == [f"{CONFIG} changed"], repaired.drift()
+    assert "edited by hand" not in on_host(GATEWAY, f"cat {CONFIG}")
 
 
 def test_the_endpoint_reaches_both_hosts_and_verify_checks_it(gateway: str) -> None:

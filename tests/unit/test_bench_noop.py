@@ -51,3 +51,25 @@ def test_the_stock_copy_gathers_every_fact_and_keeps_everything_else() -> None:
                 assert now == left
         assert (stock / "playbooks/../tools/verify.py").is_file()
     assert not stock.exists()
+
+
+def test_site_is_compared_with_the_recorded_figure_and_warns_above_20_percent() -> None:
+    row = BENCH["Row"](2, "site", [9.0, 10.0, 30.0], [])
+    recorded = {"seconds": 9.0, "date": "2026-11-28", "page": "x.md"}
+    lines = BENCH["compare_with_recorded"](row, recorded)
+    assert lines[0] == "no-op site.yml on 2 hosts: median 10.0 s (runs: 9.0, 10.0, 30.0)"
+    assert "recorded: 9.0 s on 2026-11-28 (x.md); now +11%" in lines[1]
+    assert not any(line.startswith("WARNING") for line in lines)
+    grown = BENCH["compare_with_recorded"](BENCH["Row"](2, "site", [11.0], []), recorded)
+    assert grown[-1].startswith("WARNING: the no-op site.yml grew 22% over its recorded 9.0 s")
+    unknown = BENCH["compare_with_recorded"](row, None)
+    assert "no figure recorded for 2 hosts" in unknown[-1]
+
+
+def test_the_recorded_site_figures_are_read_per_host_count(tmp_path: Path) -> None:
+    recorded = tmp_path / "noop.yml"
+    recorded.write_text("site:\n  2: {seconds: 9.5, date: 2026-11-28, page: p.md}\n")
+    assert BENCH["recorded_site"](2, recorded)["seconds"] == 9.5
+    assert BENCH["recorded_site"](4, recorded) is None
+    assert BENCH["recorded_site"](2, tmp_path / "absent.yml") is None
+    assert BENCH["recorded_site"](2)  # the repository records the 2-host lab's figure

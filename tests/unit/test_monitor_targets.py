@@ -189,3 +189,23 @@ def test_the_roles_plan_renders_the_stacks_names_and_refuses_two_names(tmp_path:
         "kv_cache_usage series differently: vllm:kv_cache_usage_perc and vllm:kv_cache_used_ratio"
     ) in run.stdout + run.stderr
     assert not (tmp_path / "half" / "rules.yml").exists()
+
+
+def test_the_no_op_path_watches_every_file_and_unit_the_role_leaves_on_a_host() -> None:
+    from acceldeploy.monitor import record
+
+    paths = {"config_dir": "/etc/prometheus", "libexec_dir": "/x", "grafana_dir": "/g"}
+    node = record.spec({"exporter": None}, False, paths)
+    assert node["units"] == [
+        "prometheus-node-exporter.service",
+        "acceldeploy-service-memory.service",
+    ]
+    assert "/x/unitmemory.py" in node["files"] and not node["trees"]
+    npu = record.spec({"exporter": "npu", "binary": "/usr/local/bin/npu-exporter"}, False, paths)
+    assert "/usr/local/bin/npu-exporter" in npu["files"] and "npu-exporter.service" in npu["units"]
+    gaudi = record.spec({"exporter": "gaudi"}, False, paths)
+    assert gaudi["units"][-1] == "gaudi-metric-exporter.service"
+    monitor = record.spec({"exporter": None}, True, paths)
+    assert "/etc/prometheus/prometheus.yml" in monitor["files"] and monitor["trees"] == ["/g"]
+    assert monitor["units"][-1] == "prometheus.service"
+    assert not record.spec({}, True, {**paths, "grafana_dir": ""})["trees"]

@@ -30,4 +30,3 @@ def serving_pattern(groups: Mapping[str, Sequence[str]]) -> str:
 def apart_pattern(groups: Mapping[str, Sequence[str]]) -> str:
     """The host pattern of the non-serving groups the inventory has (none: no host)."""
     return ":".join(group for group in NOT_SERVING if group in groups) or "all:!all"
-

@@ -1,0 +1,48 @@
+"""What the monitor role's no-op path watches on a host (the state module's files and units):
+every file the role writes there and every unit it starts. A rerun whose inputs, files and
+units are as the last converge recorded them skips the role (tools/acceldeploy/state/drift.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from acceldeploy.monitor import device_exporters
+
+NODE_UNIT = "prometheus-node-exporter.service"
+MEMORY_UNIT = "acceldeploy-service-memory.service"
+PROMETHEUS_UNIT = "prometheus.service"
+UNIT_DIR = "/etc/systemd/system"
+
+
+def spec(
+    device_exporter: Mapping[str, Any], is_monitor: bool, paths: Mapping[str, str]
+) -> dict[str, list[str]]:
+    """paths: config_dir, libexec_dir and grafana_dir (the role's variables)."""
+    files = [
+        "/etc/default/prometheus-node-exporter",
+        f"{UNIT_DIR}/{NODE_UNIT}.d/acceldeploy.conf",
+        f"{paths['libexec_dir']}/unitmemory.py",
+        f"{UNIT_DIR}/{MEMORY_UNIT}",
+    ]
+    units = [NODE_UNIT, MEMORY_UNIT]
+    exporter = device_exporter.get("exporter")
+    if exporter == "npu":
+        files += [str(device_exporter["binary"]), f"{UNIT_DIR}/{device_exporters.NPU_UNIT}"]
+        units.append(device_exporters.NPU_UNIT)
+    elif exporter == "gaudi":
+        files.append(f"{UNIT_DIR}/{device_exporters.GAUDI_UNIT}")
+        units.append(device_exporters.GAUDI_UNIT)
+    trees: list[str] = []
+    if is_monitor:
+        config = paths["config_dir"]
+        files += [
+            f"{config}/acceldeploy/*.json",
+            f"{config}/acceldeploy-rules.yml",
+            f"{config}/prometheus.yml",
+            "/etc/default/prometheus",
+        ]
+        units.append(PROMETHEUS_UNIT)
+        if paths.get("grafana_dir"):
+            trees.append(paths["grafana_dir"])
+    return {"files": files, "trees": trees, "units": units}
