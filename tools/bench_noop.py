@@ -3,7 +3,8 @@
 operators run all day. Brings up N lab hosts (1, 2, 4, 8 by default: Debian 12 containers
 whose root is an overlay on one cached rootfs, so each costs only its own writes, ~150 MB),
 converges the stages that need no vLLM venv (host tuning, models), then times a no-op rerun
-of each, and of the floor under any drift check (one ping per host, no facts: what Ansible
+of each and of preflight (the inventory's checks, the first contact, the controller's
+downloads checked), and of the floor under any drift check (one ping per host, no facts: what Ansible
 itself costs on this machine as hosts are added), with the project's Ansible settings
 (ansible.cfg: forks 20, pipelining, SSH ControlPersist, lean fact gathering and a fact cache)
 and with stock ones (forks 5, no pipelining, the default SSH arguments, no fact cache, and
@@ -53,7 +54,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LAB = [sys.executable, str(ROOT / "tools" / "lab.py")]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 INVENTORY = ROOT / "inventory" / "lab"
-STAGES = {"host": "playbooks/host.yml", "models": "playbooks/models.yml"}
+STAGES = {
+    "preflight": "playbooks/preflight.yml",
+    "host": "playbooks/host.yml",
+    "models": "playbooks/models.yml",
+}
 # The floor any drift check stands on: one module call per host, no facts. Its "vs 1 host"
 # is what this machine's cores allow Ansible when hosts are added, whatever the playbook.
 FLOOR = "floor.yml"
@@ -229,7 +234,7 @@ def compare_with_recorded(row: Row, recorded: dict[str, object] | None) -> list[
 
 
 def bench_hosts(count: int, runs: int, mitogen: dict[str, str] | None) -> list[Row]:
-    say(f"==> {count} lab hosts: up, converge host tuning and models, then time no-op reruns")
+    say(f"==> {count} lab hosts: up, converge preflight, host tuning and models, then time reruns")
     lab("down")
     lab("up", "--hosts", str(count))
     for playbook in STAGES.values():
