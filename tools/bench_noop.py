@@ -4,8 +4,8 @@ operators run all day. Brings up N lab hosts (1, 2, 4, 8 by default: Debian 12 c
 whose root is an overlay on one cached rootfs, so each costs only its own writes, ~150 MB),
 converges the stages that need no vLLM venv (host tuning, models), then times a no-op rerun
 of each and of preflight (the inventory's checks, the first contact, the controller's
-downloads checked), and of the floor under any drift check (one ping per host, no facts: what Ansible
-itself costs on this machine as hosts are added), with the project's Ansible settings
+downloads checked), and of the floor under any drift check (one ping per host, no facts:
+what Ansible itself costs on this machine as hosts are added), with the project's Ansible settings
 (ansible.cfg: forks 20, pipelining, SSH ControlPersist, lean fact gathering and a fact cache)
 and with stock ones (forks 5, no pipelining, the default SSH arguments, no fact cache, and
 every play gathering every fact, as a play without gather_facts does: the bench runs a copy
