@@ -152,7 +152,8 @@ def plan(
     _certificate(settings.tls_certificate)
     served = _served(serving)
     _keys(served)
-    _none_only_here(gateway_services or {}, serving)
+    services = (view.get("services") for view in serving.values())
+    nonserving.refuse_unserved(GROUP, gateway_services or {}, services)
     ports: dict[int, str] = {}
     if settings.stats_port:
         ports[settings.stats_port] = "gateway_stats_port"
@@ -183,16 +184,6 @@ def plan(
         servers = _pick(raw.get("servers"), offered, str(name), f"{var}.servers")
         result.append(Frontend(str(name), port, bind, servers))
     return result
-
-
-def _none_only_here(
-    gateway_services: Mapping[str, Any], serving: Mapping[str, Mapping[str, Any]]
-) -> None:
-    """A gateway runs no vLLM: a service the inventory gives a gateway host and no serving
-    host would run nowhere (the fleet's own, inherited from group_vars/all, passes)."""
-    names = {n for v in serving.values() for n in nonserving.service_names(v.get("services"))}
-    for host, services in sorted(gateway_services.items()):
-        nonserving.unserved(str(host), GROUP, services, names)
 
 
 def _keys(served: Mapping[str, list[tuple[str, str, Service]]]) -> dict[str, str]:

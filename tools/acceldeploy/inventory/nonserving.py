@@ -5,7 +5,7 @@ group_vars/all like every host, run on the serving hosts and pass."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
@@ -32,3 +32,11 @@ def unserved(host: str, group: str, services: Any, served: Collection[str]) -> N
             f"skips them): move {them} to the acceldeploy_services of a serving host, or take "
             f"{host} out of the {group} group"
         )
+
+
+def refuse_unserved(group: str, own: Mapping[str, Any], serving: Iterable[Any]) -> None:
+    """Refuse, for each host of the group (own: {host: its acceldeploy_services}), the
+    services no serving host runs (serving: each serving host's acceldeploy_services)."""
+    served = {name for services in serving for name in service_names(services)}
+    for host, services in sorted(own.items()):
+        unserved(str(host), group, services, served)

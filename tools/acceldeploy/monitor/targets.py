@@ -114,20 +114,14 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
                     continue  # a worker node: its head answers the API
             reach = reached_by(service, host, here, monitors.values(), "monitor")
             found.append(Target("vllm", reach, service.port, labels))
-    _none_only_on_monitors(every)
+    nonserving.refuse_unserved(
+        GROUP,
+        {host: hv.get("acceldeploy_services") for host, hv in every.items() if is_monitor(hv)},
+        (hv.get("acceldeploy_services") for hv in every.values() if groups.serves(hv)),
+    )
     for host, hv in sorted(every.items()):
         _own_ports(host, hv, parsed[host])
     return found
-
-
-def _none_only_on_monitors(every: Mapping[str, Mapping[str, Any]]) -> None:
-    """A monitor runs no vLLM: a service the inventory gives a monitor host and no serving
-    host would run nowhere (the fleet's own, inherited from group_vars/all, passes)."""
-    served = {name for hv in every.values() if groups.serves(hv)
-              for name in nonserving.service_names(hv.get("acceldeploy_services"))}  # fmt: skip
-    for host, hv in sorted(every.items()):
-        if is_monitor(hv):
-            nonserving.unserved(host, GROUP, hv.get("acceldeploy_services"), served)
 
 
 def _whole(value: Any) -> int | None:
