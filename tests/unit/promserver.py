@@ -51,10 +51,12 @@ def prometheus(
     history: str = "",
     scrape: Mapping[str, Mapping[str, str]] | None = None,
     interval: str = "5s",
+    addresses: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """A running Prometheus (its base URL): `history` (OpenMetrics) backfilled into its data
     directory before it starts; `scrape` = {job: labels} scrapes, every `interval`, the
-    Prometheus itself under each job name with those target labels."""
+    Prometheus itself under each job name with those target labels, or the job's address in
+    `addresses` (host:port)."""
     data = tmp / "prometheus-data"
     data.mkdir(parents=True, exist_ok=True)
     if history:
@@ -65,7 +67,8 @@ def prometheus(
     port = free_port()
     jobs = [
         {"job_name": job,
-         "static_configs": [{"targets": [f"127.0.0.1:{port}"], "labels": dict(labels)}]}
+         "static_configs": [{"targets": [(addresses or {}).get(job, f"127.0.0.1:{port}")],
+                             "labels": dict(labels)}]}
         for job, labels in (scrape or {}).items()
     ]  # fmt: skip
     config = tmp / "prometheus.yml"

@@ -81,6 +81,11 @@ class Api:
             for found in data["result"]
         ]
 
+    def now(self) -> float:
+        """Prometheus's own clock, unix seconds (the monitor host's, not this one's)."""
+        at, _ = self.call("/api/v1/query", query="time()")["result"]
+        return float(at)
+
     def alerts(self) -> list[dict[str, Any]]:
         return list(self.call("/api/v1/alerts")["alerts"])
 

@@ -4,8 +4,10 @@ names the command to run next)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
@@ -96,18 +98,37 @@ def check_monitor(
 
 
 def scraped(api: Api, within: float, expected: set[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
-    """The project's active targets once every expected one is there and none is still
-    "unknown" (not scraped since Prometheus started or reloaded its config: discovery and the
-    first scrape follow a reload), or as they are after `within` seconds."""
+    """The project's active targets once every expected one is there and each is up or was
+    found down by a scrape since this call began (by Prometheus's own clock), or as they are
+    after `within` seconds. Not settled: a target "unknown" (discovery and the first scrape
+    follow a start or a reload), or one whose last scrape, down, predates the call: a scrape
+    during the restart a deploy just did says nothing about now."""
+    began = api.now()
     deadline = time.monotonic() + within
     while True:
         active = api.targets()
         mine: list[dict[str, Any]] = [t for t in active if t["labels"].get("job") in targets.JOBS]
         found = {_key(t["labels"].get("job"), t["labels"]) for t in mine}
-        settled = expected <= found and all(t.get("health") != "unknown" for t in mine)
+        settled = expected <= found and all(_settled(t, began) for t in mine)
         if settled or time.monotonic() > deadline:
             return mine
         time.sleep(1.0)
+
+
+def _settled(target: Mapping[str, Any], began: float) -> bool:
+    health = target.get("health")
+    return health == "up" or (health == "down" and scraped_at(target) >= began)
+
+
+def scraped_at(target: Mapping[str, Any]) -> float:
+    """A target's lastScrape (RFC 3339, nanoseconds, "Z") as unix seconds."""
+    text = str(target.get("lastScrape", ""))
+    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text)
+    if not found:
+        return 0.0
+    stamp, fraction, zone = found.groups()
+    at = datetime.fromisoformat(stamp + ("+00:00" if zone == "Z" else zone))
+    return at.timestamp() + float(fraction or 0)
 
 
 def _key(job: Any, labels: Mapping[str, Any]) -> tuple[Any, Any, Any]:
