@@ -95,4 +95,4 @@ def test_a_wheel_without_one_dist_info_is_refused(tmp_path: Path) -> None:
 
 def test_download_requirements_name_pypis_distribution() -> None:
     lock = "# header\nsix==1.17.0\nvllm==0.12.0+cpu  # the CPU build\n"
-    assert wheelhouse.download_requirements(lock) == "six==1.17.0\nvllm-cpu==0.12.0\n"
+    assert wheelhouse.download_requirements(lock) == "six===1.17.0\nvllm-cpu==0.12.0\n"

