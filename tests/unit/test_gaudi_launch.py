@@ -105,3 +105,17 @@ def test_docker_argv_passes_env_by_name_only():
     assert argv[-4:] == ["img:1", "vllm", "serve", "/models/x"]
     with pytest.raises(AcceldeployError, match="vllm_service_gaudi_image"):
         gaudi_launch.docker_argv("svc", "", [], [], [], ())
+
+
+def test_each_stack_selects_linear_buckets_under_its_own_switch():
+    """vllm-gaudi 0.26 reads VLLM_BUCKETING_STRATEGY (VLLM_EXPONENTIAL_BUCKETING deprecated);
+    the fork and 0.13.0 read the old switch. The ranges are the same either way."""
+    from acceldeploy.planner import stacks
+
+    every = stacks.load_stacks()
+    shape = gaudi_launch.Shape(800, 1024, 400, 512, max_num_seqs=128, max_num_batched_tokens=8192)
+    new = gaudi_launch.linear_bucketing(shape, stacks.bucketing(every["gaudi-vllm-0.26.0"]))
+    old = gaudi_launch.linear_bucketing(shape, stacks.bucketing(every["gaudi-vllm-0.13.0"]))
+    assert new.pop("VLLM_BUCKETING_STRATEGY") == "lin" and "VLLM_EXPONENTIAL_BUCKETING" not in new
+    assert old.pop("VLLM_EXPONENTIAL_BUCKETING") == "false"
+    assert new == old and new["VLLM_PROMPT_QUERY_BUCKET_MAX"] == "1024"

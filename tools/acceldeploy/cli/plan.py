@@ -218,6 +218,16 @@ def cmd_stacks(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    if args.sources:
+        sources = Table(title="where each stack's facts come from (versions/stacks.yml sources)")
+        for title in ("stack", "part", "source"):
+            sources.add_column(title, overflow="fold")
+        for row in rows:
+            for part, source in row["sources"].items():
+                sources.add_row(str(row["stack"]), str(part), " ".join(str(source).split()))
+        Console(width=max(Console().width, 160)).print(sources)
+        return 0
+
     table = Table(title="serving stacks (versions/stacks.yml): set acceldeploy_stack to one")
     for key, title in stackmatrix.COLUMNS:
         table.add_column(title, overflow="fold", no_wrap=key == "stack")
@@ -225,6 +235,35 @@ def cmd_stacks(args: argparse.Namespace) -> int:
         table.add_row(*(str(row[key]) for key, _ in stackmatrix.COLUMNS))
     Console(width=max(Console().width, 200)).print(table)
     return 0
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    """What moving the hosts to --to would change or break, before anything changes."""
+    from acceldeploy.inventory.hostvars import hosts_vars
+    from acceldeploy.serving import upgrade
+
+    every = hosts_vars(args.inventory, args.limit)
+    if not every:
+        raise AcceldeployError(f"--limit {args.limit} selects no host of {args.inventory}")
+    findings = upgrade.advise(every, args.to)
+    blocking = [f for f in findings if f.blocking]
+    if args.json:
+        print(json.dumps([f.to_dict() for f in findings], indent=2))
+        return 1 if blocking else 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"upgrade to {args.to}: what changes (nothing is changed by this command)")
+    for column in ("host", "service", "kind", "what", "detail"):
+        table.add_column(column, overflow="fold")
+    for f in findings:
+        style = "red" if f.blocking else "yellow" if f.kind == "unchecked" else None
+        table.add_row(f.host, f.service, f.kind, f.what, f.detail, style=style)
+    console = Console(width=max(Console().width, 160))
+    console.print(table)
+    verdict = f"{len(blocking)} would stop the deploy (red)" if blocking else "nothing blocks it"
+    console.print(f"{len(findings)} findings; {verdict}")
+    return 1 if blocking else 0
 
 
 def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
@@ -307,7 +346,20 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
             help="the serving stacks, side by side (what acceldeploy_stack chooses from)",
         )
     )
+    stacks.add_argument(
+        "--sources", action="store_true", help="where each stack's facts come from, per part"
+    )
     stacks.set_defaults(func=cmd_stacks)
+
+    upgrade = command(
+        sub.add_parser(
+            "upgrade",
+            parents=[parents.inventory, parents.limit, parents.json],
+            help="what moving the hosts to another stack would change or break (read-only)",
+        )
+    )
+    upgrade.add_argument("--to", required=True, help="the stack to move to (`plan stacks`)")
+    upgrade.set_defaults(func=cmd_upgrade)
 
     cat = command(sub.add_parser("catalog", help="list the model catalog"))
     cat.set_defaults(func=cmd_catalog)

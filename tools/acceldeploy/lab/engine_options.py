@@ -31,6 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,7 +66,6 @@ if req["tree"]:
     sys.path.insert(0, req["tree"])
 
 import vllm
-from vllm.entrypoints.openai import cli_args
 
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -117,6 +118,10 @@ if req["mode"] == "serve_subcommand":
     sub = top.add_subparsers(required=False, dest="subparser")
     parser = ServeSubcommand().subparser_init(sub)
 else:
+    try:
+        from vllm.entrypoints.openai import cli_args
+    except ImportError:  # vLLM 0.32 moved it
+        from vllm.entrypoints.launchers import cli_args
     parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
 
 ACTIONS = {
@@ -339,6 +344,35 @@ def dumps(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sdist_document(python: Path, tree: Path, archive: str, stub: Sequence[str]) -> dict[str, Any]:
+    """The options of an unpacked vLLM source release (PyPI's sdist, ``archive`` its file
+    name): its own ``ServeSubcommand.subparser_init``, imported from the tree as a fork's. Only
+    its vllm/ is put on the path: the sdist's vllm.egg-info would hide the installed vllm's
+    metadata, whose "+cpu" vLLM's CPU platform detection reads."""
+    with tempfile.TemporaryDirectory(prefix="engine-tree-") as tmp:
+        shutil.copytree(tree / "vllm", Path(tmp) / "vllm")
+        found = probe(python, mode="serve_subcommand", tree=Path(tmp), stub=stub, plugins="")
+    version = re.search(
+        r"__version__ = version = ['\"]([^'\"]+)", (tree / "vllm" / "_version.py").read_text()
+    )
+    if version is None:
+        raise SystemExit(f"{tree}/vllm/_version.py names no __version__")
+    stubs = ", ".join(found["stubbed"]) or "nothing"
+    method = (
+        f"vllm/ of {archive} first on sys.path of python -I {found['python']} with torch "
+        f"{found['torch']}; parser = its vllm.entrypoints.cli.serve.ServeSubcommand()"
+        f".subparser_init(); VLLM_PLUGINS=''; stubbed (empty modules): {stubs}"
+    )
+    return {
+        "engine": "vllm",
+        "version": version.group(1),
+        "method": method,
+        "source": f"vllm serve parser of vLLM {version.group(1)} ({archive}), by {SCRIPT_PATH}",
+        "parser": found["parser"],
+        "options": found["options"],
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
@@ -355,6 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--git-dir", type=Path, default=None, help="a fork's git directory")
+    parser.add_argument(
+        "--sdist-tree", type=Path, default=None, help="an unpacked vLLM sdist (PyPI's source)"
+    )
     parser.add_argument("--commit", default=None, help="commit of --git-dir to read")
     parser.add_argument("--repo", default=None, help="owner/name of --git-dir, for the header")
     parser.add_argument("--branch", default=None, help="branch of --commit, for the header")
@@ -366,7 +403,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     python: Path = args.python or labenv.labenv_python(vllm_version=args.vllm_version)
-    if args.git_dir is None:
+    if args.sdist_tree is not None:
+        document = sdist_document(
+            python, args.sdist_tree, f"{args.sdist_tree.name}.tar.gz", args.stub
+        )
+    elif args.git_dir is None:
         document = installed_document(python)
     else:
         if not (args.commit and args.repo and args.branch):

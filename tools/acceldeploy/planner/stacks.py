@@ -60,6 +60,9 @@ DEFAULT_BUCKETING: dict[str, str] = {
     "decode_bs": "VLLM_DECODE_BS_BUCKET",
     "decode_block": "VLLM_DECODE_BLOCK_BUCKET",
     "zero_padding": "VLLM_ZERO_PADDING",
+    # NAME=value that selects linear buckets (the ranges below); vllm-gaudi 0.26 reads
+    # VLLM_BUCKETING_STRATEGY=lin and only warns on the deprecated switch
+    "linear": "VLLM_EXPONENTIAL_BUCKETING=false",
 }
 # vLLM's /metrics series the bench and the monitor read (by role), when a stack lists none:
 # vLLM 0.12.0's names (vllm/v1/metrics/loggers.py), unchanged in 0.13.0. Counters carry the

@@ -2,7 +2,8 @@
 
 Formats: vLLM >= 0.11 profiling summary ("Total non KV cache memory: ...; torch peak memory
 increase: ...; non-torch forward increase memory: ...; weights memory: ..."), "Available KV
-cache memory", "GPU KV cache size", "Maximum concurrency", the not-enough-KV ValueError;
+cache memory", "GPU KV cache size" (vLLM 0.32 on CPU: "CPU KV cache size", on the line of
+"Maximum concurrency"), "Maximum concurrency", the not-enough-KV ValueError;
 vllm-ascend 0.12 ("Loading model weights took X GB", "Available memory: N, total memory: M",
 in bytes or GiB, possibly split over two lines).
 """
@@ -46,7 +47,7 @@ PATTERNS: dict[str, str] = {
     "error_available_gib": r"available KV cache memory \(([0-9.]+) GiB\)",
 }
 INTS: dict[str, str] = {
-    "kv_cache_tokens": rf"[GN]PU KV cache size:\s*{NUM} tokens",
+    "kv_cache_tokens": rf"[CGN]PU KV cache size:\s*{NUM} tokens",
     "estimated_max_model_len": r"estimated maximum model length is\s*([0-9,]+)",
     "max_model_len": r"max seq len \(([0-9]+)\)|max_seq_len=([0-9]+)|"
     r"Maximum concurrency for ([0-9,]+) tokens",

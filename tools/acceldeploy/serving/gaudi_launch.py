@@ -159,7 +159,8 @@ def linear_bucketing(shape: Shape, names: Mapping[str, str] = DEFAULT_BUCKETING)
         "decode_bs": (1, decode_bs_step, decode_bs_max),
         "decode_block": (decode_block_min, b, decode_block_max),
     }
-    values = {"VLLM_EXPONENTIAL_BUCKETING": "false"}
+    selector, _, chosen = names["linear"].partition("=")
+    values = {selector: chosen} if selector else {}
     for role, (low, step, high) in ranges.items():
         prefix = names[role]
         values.update({f"{prefix}_MIN": str(low), f"{prefix}_STEP": str(step),

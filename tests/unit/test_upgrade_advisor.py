@@ -1,0 +1,128 @@
+"""The upgrade advisor (serving/upgrade.py, `acceldeploy plan upgrade`): on the lab's inventory
+moving to another cpu stack it refuses nothing that would deploy, and it names what a move
+would break: an extra_args key the target's recorded parser rejects, an env variable the
+target engine no longer reads (from the recorded envs.py names), a series the project reads
+that the target's recorded /metrics lacks; what nobody recorded is said unchecked."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory.hostvars import hosts_vars
+from acceldeploy.lab import enginefacts as recorder
+from acceldeploy.planner import enginefacts, stacks
+from acceldeploy.serving import upgrade
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def lab_inventory(tmp_path: Path, service_changes: dict[str, Any] | None = None) -> Path:
+    inventory = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory" / "lab" / "group_vars", inventory / "group_vars")
+    hosts = {"lab1": {"ansible_host": "127.0.0.1", "lab_index": 1}}
+    lab = {"vars": {"acceldeploy_platform": "cpu"}, "hosts": hosts}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"lab": lab}}}))
+    if service_changes:
+        group = inventory / "group_vars" / "all.yml"
+        data = yaml.safe_load(group.read_text())
+        (service,) = data["acceldeploy_services"]
+        for key, value in service_changes.items():
+            service[key] = {**service.get(key, {}), **value}
+        group.write_text(yaml.safe_dump(data))
+    return inventory
+
+
+def test_moving_the_lab_to_0_13_blocks_nothing(tmp_path: Path) -> None:
+    found = upgrade.advise(hosts_vars(str(lab_inventory(tmp_path))), "cpu-vllm-0.13.0")
+    assert not [f for f in found if f.blocking], found
+    kinds = {(f.kind, f.what) for f in found}
+    assert ("version", "vLLM") in kinds and ("kv", "planner") in kinds, found
+    assert not [f for f in found if f.kind in ("env", "metric", "unchecked")], found
+    (checked,) = (f for f in found if f.kind == "checked")
+    assert "against vLLM 0.13.0's parser; 3 env variables" in checked.detail, checked
+
+
+def test_an_env_variable_the_target_no_longer_reads_is_named(tmp_path: Path) -> None:
+    inventory = lab_inventory(tmp_path, {"env": {"VLLM_RPC_TIMEOUT": "100000"}})
+    found = upgrade.advise(hosts_vars(str(inventory)), "cpu-vllm-0.13.0")
+    # 0.13.0 still reads it: nothing to say
+    assert not [f for f in found if f.kind == "env"], found
+    to_023 = upgrade.env_findings(
+        "lab1", "qwen3-vl", ["VLLM_RPC_TIMEOUT", "VLLM_CPU_KVCACHE_SPACE"],
+        enginefacts.engine_facts("0.12.0"), enginefacts.engine_facts("0.23.0"),
+    )  # fmt: skip
+    assert [(f.what, f.kind) for f in to_023] == [("VLLM_RPC_TIMEOUT", "env")], to_023
+    assert "vLLM 0.12.0 reads it, vLLM 0.23.0 does not" in to_023[0].detail
+
+
+def test_a_series_the_target_does_not_export_blocks_and_an_unrecorded_one_is_unchecked() -> None:
+    current = stacks.load_stacks()["cpu-vllm-0.12.0"]
+    renamed = {**current, "name": "x", "metrics": {"kv_cache_usage": "vllm:gpu_cache_usage_perc"}}
+    found = upgrade.metric_findings("lab1", current, renamed, enginefacts.engine_facts("0.12.0"))
+    details = [f.detail for f in found if (f.kind, f.what) == ("metric", "kv_cache_usage")]
+    assert "vllm:kv_cache_usage_perc -> vllm:gpu_cache_usage_perc" in details[0], found
+    assert any(f.blocking and "gpu_cache_usage_perc is not among" in f.detail for f in found)
+    unrecorded = upgrade.metric_findings(
+        "lab1", current, current, enginefacts.engine_facts("0.26.0")
+    )
+    assert [(f.kind, f.blocking) for f in unrecorded] == [("unchecked", False)], unrecorded
+
+
+def test_an_option_the_target_rejects_blocks_with_the_parsers_message(tmp_path: Path) -> None:
+    inventory = lab_inventory(tmp_path, {"extra_args": {"max-num-seqz": 4}})
+    with pytest.raises(AcceldeployError, match="max-num-seqz"):
+        upgrade.advise(hosts_vars(str(inventory)), "cpu-vllm-0.13.0")  # the current plan refuses
+    from acceldeploy.planner.engineopts import engine_options
+    from acceldeploy.serving.service import parse_services
+
+    (service,) = parse_services(
+        [{"name": "s", "model": "org/m", "extra_args": {"max-num-seqz": 4}}], "cpu"
+    )
+    found = upgrade.option_findings("lab1", service, None, engine_options("vllm-0.13.0"))
+    assert [(f.what, f.blocking) for f in found] == [("max-num-seqz", True)], found
+    assert "did you mean max-num-seqs?" in found[0].detail
+
+
+def test_a_stack_of_another_platform_or_none_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    every = hosts_vars(str(lab_inventory(tmp_path)))
+    with pytest.raises(
+        AcceldeployError, match=r"--to gaudi-vllm-0.26.0 is a gaudi stack.*cpu-vllm"
+    ):
+        upgrade.advise(every, "gaudi-vllm-0.26.0")
+    with pytest.raises(AcceldeployError, match=r"--to cpu-vllm-9\.9\.9: no such stack"):
+        upgrade.advise(every, "cpu-vllm-9.9.9")
+
+
+def test_the_command_prints_the_findings_as_json(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "acceldeploy.cli", "plan", "upgrade", "-i",
+         str(lab_inventory(tmp_path)), "--to", "cpu-vllm-0.13.0", "--json"],
+        capture_output=True, text=True, check=False, cwd=REPO / "tools",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert {f["kind"] for f in json.loads(proc.stdout)} == {"version", "kv", "checked"}
+
+
+def test_the_facts_recorder_reads_envs_py_and_an_exposition(tmp_path: Path) -> None:
+    envs = "environment_variables: dict[str, object] = {\n  'VLLM_B': 1,\n  'VLLM_A': 2,\n}\n"
+    assert recorder.env_names(envs) == ["VLLM_A", "VLLM_B"]
+    text = "# TYPE vllm:x_total counter\n# TYPE vllm:x_created gauge\n# TYPE python_info gauge\n"
+    assert recorder.metric_families(text) == {"vllm:x_total": "counter"}
+    tree = tmp_path / "src" / "vllm"
+    tree.mkdir(parents=True)
+    (tree / "envs.py").write_text(envs)
+    metrics = tmp_path / "m.txt"
+    metrics.write_text(text)
+    written = recorder.record("9.9.9", tmp_path / "src", metrics, out_dir=tmp_path / "facts")
+    document = json.loads(written.read_text())
+    assert document["env"]["names"] == ["VLLM_A", "VLLM_B"]
+    assert document["metrics"]["families"] == {"vllm:x_total": "counter"}
