@@ -97,3 +97,25 @@ def test_vllm_0_13_adds_one_metric_family_and_drops_none() -> None:
     old, new = metric_families("0.12.0"), metric_families("0.13.0")
     assert new - old == {"vllm:request_prefill_kv_computed_tokens"}
     assert old <= new and "vllm:time_per_output_token_seconds" not in new
+
+
+@pytest.mark.parametrize("stack", ["cpu-vllm-0.13.0", "cpu-vllm-0.32.0"])
+def test_the_lab_service_renders_on_each_cpu_stack_and_passes_its_recorded_parser(
+    tmp_path: Path, stack: str
+) -> None:
+    """The lab's service planned on each newer cpu stack: its argv's every flag is an option of
+    that version's recorded parser (data/engine-options/), and the KV plan matches its log."""
+    from acceldeploy.planner.engineopts import engine_options
+
+    inventory = tmp_path / "lab-inventory"
+    shutil.copytree(REPO / "inventory" / "lab" / "group_vars", inventory / "group_vars")
+    lab1 = {"ansible_host": "127.0.0.1", "lab_index": 1, "acceldeploy_stack": stack}
+    hosts = {"lab": {"vars": {"acceldeploy_platform": "cpu"}, "hosts": {"lab1": lab1}}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": hosts}}))
+    (found,) = host_launches(host_vars(str(inventory), "lab1"))
+    version = stack.removeprefix("cpu-vllm-")
+    options = engine_options(f"vllm-{version}").options
+    flags = [a for a in found.argv if a.startswith("--")]
+    assert flags and all(f in options for f in flags), [f for f in flags if f not in options]
+    logged = parse_log(startup_log(version))
+    assert found.kv["kv_cache_tokens"] == logged.kv_cache_tokens == 1_048_576
