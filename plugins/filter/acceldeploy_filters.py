@@ -151,6 +151,18 @@ def acceldeploy_verify_follows(run_tags: Any, skip_tags: Any, check_mode: Any) -
     return not bool(check_mode) and drift.play_runs(["verify"], list(run_tags), list(skip_tags))
 
 
+def acceldeploy_verify_stack_args(hostvars: Any, hosts: Any) -> list[str]:
+    """hostvars | acceldeploy_verify_stack_args(ansible_play_hosts): verify's ``--stack
+    HOST=STACK`` for each host whose acceldeploy_stack is set (from the inventory or -e), so
+    verify checks the stack this run deployed."""
+    args: list[str] = []
+    for host in hosts:
+        stack = hostvars[host].get("acceldeploy_stack")
+        if stack:
+            args += ["--stack", f"{host}={stack}"]
+    return args
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
@@ -173,4 +185,5 @@ class FilterModule:
             acceldeploy_state_key,
             acceldeploy_whole_run,
             acceldeploy_verify_follows,
+            acceldeploy_verify_stack_args,
         )

@@ -34,14 +34,18 @@ def model_weights_fanout(
     infos: Sequence[Mapping[str, Any]],
     play_hosts: Sequence[str],
     all_hosts: Sequence[str] | None = None,
+    inventory_hosts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Per host of the play: hub / pull / verify / serve model lists and its seed.
     `all_hosts` (ansible_play_hosts_all): a seed among them that an earlier check refused is
-    not this host's error; the run stops at preflight's summary, naming it."""
+    not this host's error; the run stops at preflight's summary, naming it.
+    `inventory_hosts` (groups['all']): a seed among them that --limit left out of the run."""
     try:
         hosts = dict(zip(play_hosts, infos, strict=True))
         refused = [h for h in all_hosts or () if h not in hosts]
-        plan: dict[str, Any] = weights.fanout(hosts, list(play_hosts), refused)
+        everyone = set(all_hosts or ())
+        limited_out = [h for h in inventory_hosts or () if h not in everyone]
+        plan: dict[str, Any] = weights.fanout(hosts, list(play_hosts), refused, limited_out)
     except (KeyError, ValueError) as exc:
         raise AcceldeployError(f"model_weights_fanout: {exc}") from None
     return plan

@@ -99,3 +99,31 @@ def test_json_report_validates_and_junit_counts_failures():
     assert data["passed"] is False and data["summary"]["fail"] == 1
     junit = report.to_junit(checks)
     assert 'name="lab2"' in junit and 'failures="1"' in junit
+
+
+def test_verify_checks_the_stack_a_run_deployed_with_minus_e():
+    """site.yml -e acceldeploy_stack=X: its verify stage passes --stack HOST=X for each host,
+    and verify checks those hosts against X, not their inventory's stack."""
+    import argparse
+    import runpy
+
+    import pytest
+
+    plugin = runpy.run_path(str(ROOT / "plugins/filter/acceldeploy_filters.py"))
+    acceldeploy_verify_stack_args = plugin["acceldeploy_verify_stack_args"]
+
+    from acceldeploy.cli import verify as cli
+    from acceldeploy.errors import AcceldeployError
+    from acceldeploy.verify import runner
+
+    hostvars = {"lab1": {}, "lab2": {"acceldeploy_stack": "cpu-vllm-0.32.0"}}
+    args = acceldeploy_verify_stack_args(hostvars, ["lab1", "lab2"])
+    assert args == ["--stack", "lab2=cpu-vllm-0.32.0"]
+    assert cli.host_stack("lab2=cpu-vllm-0.32.0") == ("lab2", "cpu-vllm-0.32.0")
+    with pytest.raises(argparse.ArgumentTypeError, match="is not HOST=STACK"):
+        cli.host_stack("lab2")
+    options = runner.Options(stacks={"nowhere": "cpu-vllm-0.32.0"})
+    with pytest.raises(
+        AcceldeployError, match=r"--stack nowhere=cpu-vllm-0\.32\.0: nowhere is not"
+    ):
+        runner.run(str(ROOT / "inventory" / "lab"), "all", options)

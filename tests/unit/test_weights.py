@@ -506,3 +506,18 @@ def test_stop_leaves_a_reused_pid_alone(tmp_path):
     assert not stop_seed_server(layout)
     (run / "seed-server.pid").write_text(f"{os.getpid()}\n")  # an old pid file: checks argv
     assert not stop_seed_server(layout)
+
+
+def test_a_seed_the_limit_leaves_out_leaves_its_pullers_to_fetch_or_verify_themselves():
+    """`--limit h2` on a seeded fleet: h2's seed (h1) is in the inventory but not in the run,
+    so nothing serves it: h2 fetches from the source itself (a complete model is only
+    verified), or on shared storage only verifies. A seed in no inventory is still refused."""
+    hosts = _hosts("seed", seed="h1")
+    plan = weights.fanout({"h2": hosts["h2"]}, ["h2"], limited_out=["h1", "store"])
+    assert [m["model"] for m in plan["h2"]["hub"]] == ["org/b", "org/model"]
+    assert plan["h2"]["pull"] == [] and plan["h2"]["seed"] == ""
+    shared = _hosts("seed", shared=True, seed="h1")
+    plan = weights.fanout({"h2": shared["h2"]}, ["h2"], limited_out=["h1"])
+    assert [m["model"] for m in plan["h2"]["verify"]] == ["org/b", "org/model"]
+    with pytest.raises(WeightsError, match="model_weights_seed_host 'h1'"):
+        weights.fanout({"h2": hosts["h2"]}, ["h2"], limited_out=["store"])

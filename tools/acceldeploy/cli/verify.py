@@ -39,13 +39,31 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
     parser.add_argument(
         "--mm-leak-threshold-mib", type=bounded(float, 0, above=True), default=512.0
     )
+    parser.add_argument(
+        "--stack",
+        action="append",
+        default=[],
+        type=host_stack,
+        metavar="HOST=STACK",
+        help="check HOST against STACK, not its inventory's (what `-e acceldeploy_stack=STACK` "
+        "deployed; site.yml's verify stage passes it); repeatable",
+    )
     return parser
+
+
+def host_stack(text: str) -> tuple[str, str]:
+    host, _, stack = text.partition("=")
+    if not host or not stack:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST=STACK")
+    return host, stack
 
 
 def run(args: argparse.Namespace) -> int:
     if args.json and args.junit:
         raise AcceldeployError("argument --junit: not allowed with argument --json")
-    options = runner.Options(args.timeout, args.mm_leak_probe, args.mm_leak_threshold_mib)
+    options = runner.Options(
+        args.timeout, args.mm_leak_probe, args.mm_leak_threshold_mib, dict(args.stack)
+    )
     checks = runner.run(args.inventory, args.limit, options)
     if args.json:
         print(report.dumps(report.to_json(checks, args.inventory)))

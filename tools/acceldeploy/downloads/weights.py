@@ -104,6 +104,7 @@ def fanout(
     hosts: Mapping[str, Mapping[str, Any]],
     play_hosts: Sequence[str],
     refused: Sequence[str] = (),
+    limited_out: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Who does what, for every host of the play, from each host's specs and settings.
 
@@ -118,7 +119,10 @@ def fanout(
     A seed may serve models it does not run itself (a storage node, or the controller as an
     inventory host with ansible_connection: local): it downloads the union of its pullers'.
     A host whose seed is in ``refused`` (a host of the play an earlier check refused) gets no
-    job: the run stops before any download, naming the refused host.
+    job: the run stops before any download, naming the refused host. A host whose seed is in
+    ``limited_out`` (an inventory host this run's --limit leaves out) has no seed to pull from
+    in this run: it fetches its models from their source itself (a published model that is
+    complete is only verified), or, on shared storage, only verifies them.
     """
     plan: dict[str, dict[str, Any]] = {
         h: {"hub": {}, "pull": {}, "verify": {}, "serve": {}, "seed": ""} for h in play_hosts
@@ -133,6 +137,11 @@ def fanout(
             continue
         seed = settings.seed_host or play_hosts[0]
         if seed in refused:
+            continue
+        if seed in limited_out and seed not in plan:
+            bucket = "verify" if settings.shared_storage else "hub"
+            for spec in specs:
+                plan[host][bucket][spec.dirname] = spec
             continue
         if seed not in plan:
             raise WeightsError(

@@ -32,7 +32,10 @@ if TYPE_CHECKING:
 # Parsed by vLLM's own `vllm serve` parser and checks, in the host's environment.
 ARGCHECK = """\
 import json, sys
-from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+try:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+except ImportError:  # vLLM 0.32 moved them
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 except ImportError:

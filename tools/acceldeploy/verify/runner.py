@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
@@ -28,6 +29,9 @@ class Options:
     timeout: float = 60.0
     mm_leak_probe: int = 0
     mm_leak_threshold_mib: float = 512.0
+    # host -> the stack to check it against instead of its inventory's (what a run with
+    # `-e acceldeploy_stack=...` deployed: site.yml's verify stage passes it)
+    stacks: Mapping[str, str] = field(default_factory=dict)
 
 
 def takes_images(service: Service) -> bool:
@@ -126,6 +130,10 @@ def run(inventory: str, limit: str, options: Options) -> list[Check]:
     """Every selected host: a gateway's HAProxy (verify/gateway.py), a monitor's Prometheus
     (verify/monitor.py), else its services."""
     every = selection.every_host(inventory)
+    for host, stack in options.stacks.items():
+        if host not in every:
+            raise AcceldeployError(f"--stack {host}={stack}: {host} is not in {inventory}")
+        every[host] = {**every[host], "acceldeploy_stack": stack}
     found = selection.limited(inventory, limit, every)
 
     def one(host: str, hv: dict[str, Any]) -> list[Check]:
