@@ -23,7 +23,7 @@ def monitor_file_sd(views: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]
 
 def monitor_metrics(views: Mapping[str, Any]) -> dict[str, str]:
     """{host: monitor_host_view} | monitor_metrics: {role: vLLM series name} of the stacks the
-    monitors scrape, refused naming both stacks when two name a series differently."""
+    monitors scrape ("a|b" where two name a series differently: rules.settings reads it)."""
     return targets.series(plain(dict(views)))
 
 

@@ -133,3 +133,26 @@ def test_every_alert_has_a_runbook_naming_a_command() -> None:
         runbook = alert["annotations"]["runbook"]
         assert any(cmd in runbook for cmd in ("acceldeploy ", "ansible-playbook ", "systemctl ",
                                               "journalctl ")), alert["alert"]  # fmt: skip
+
+
+@promtool
+def test_a_half_moved_fleet_fires_the_same_alerts_on_either_name(tmp_path: Path) -> None:
+    """Stacks that name every series differently (RENAMED beside vLLM 0.12's): every alert's
+    case once with the old names and once with the new; each fires the same, through the
+    series recorded from both names."""
+    both = {role: f"{rules.DEFAULT_SERIES[role]}|{name}" for role, name in RENAMED.items()}
+    path = written(tmp_path, ttft_slo={"qwen3-vl": "2s"}, metrics=both)
+    document = yaml.safe_load(path.read_text())
+    recorded = {r["record"] for r in document["groups"][0]["rules"]}
+    assert "acceldeploy:vllm_time_to_first_token_bucket" in recorded
+    check = subprocess.run(["promtool", "check", "rules", "rules.yml"], cwd=tmp_path,
+                           capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    for label, names in (("old", rules.DEFAULT_SERIES), ("new", RENAMED)):
+        case = (DATA / "rules-test.yml").read_text()
+        for role, name in names.items():
+            case = case.replace(rules.DEFAULT_SERIES[role], name)
+        (tmp_path / f"rules-test-{label}.yml").write_text(case)
+        test = subprocess.run(["promtool", "test", "rules", f"rules-test-{label}.yml"],
+                              cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+        assert test.returncode == 0, label + ": " + test.stdout + test.stderr

@@ -19,7 +19,7 @@ from acceldeploy.cli.common import Parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups
 from acceldeploy.inventory.hostvars import hosts_vars
-from acceldeploy.monitor import targets
+from acceldeploy.monitor import rules, targets
 from acceldeploy.monitor.promapi import Api
 from acceldeploy.serving.hostplan import host_plan
 from acceldeploy.verify.remote import reach, tunnel
@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         if has_monitor and not args.direct:
             host, hostvars = prometheus.pick_monitor(every, args.monitor)
             views = {h: targets.host_view(hv) for h, hv in every.items()}
-            metrics = targets.series(views)  # before connecting: a refusal needs no host
+            # before connecting: a refusal needs no host
+            metrics = rules.settings({"metrics": targets.series(views)}).metrics
             api = stack.enter_context(prometheus.connect(host, hostvars))
             title = f"acceldeploy top: Prometheus on {host}"
             read = _from_prometheus(api, _expected(views, chosen), metrics)

@@ -41,6 +41,11 @@ SERIES_ROLES = ("running", "waiting", "kv_cache_usage", "preemptions", "requests
 DEFAULT_SERIES: dict[str, str] = {role: DEFAULT_METRICS[role] for role in SERIES_ROLES}
 # A Prometheus metric name: what a series name must be to go into PromQL as it is.
 METRIC_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+# A role the scraped stacks name differently is read as this recorded series: each target's
+# own name under one (`a or b`: a target exports one of them), its labels kept.
+UNIFIED = "acceldeploy:vllm_{role}"
+# Read through their _bucket (and _sum, _count) series, each recorded the same way.
+HISTOGRAM_ROLES = {"time_to_first_token": ("_bucket", "_sum", "_count")}
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,11 @@ class Settings:
     growth_band_mib: Mapping[str, int] = field(default_factory=dict)
     # {service: seconds}: p99 TTFT goals (monitor_ttft_slo)
     ttft_slo: Mapping[str, float] = field(default_factory=dict)
-    # {role: vLLM series name} of SERIES_ROLES: the scraped stacks' names (targets.series)
+    # {role: the series name every query reads} of SERIES_ROLES: the scraped stacks' name, or,
+    # where they name it differently, the series recorded from their names (UNIFIED)
     metrics: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_SERIES))
+    # {role: the stacks' names} of the roles they name differently (targets.series's "a|b")
+    alternatives: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 FOR_DEFAULTS = {
@@ -104,24 +112,44 @@ def settings(raw: Mapping[str, Any]) -> Settings:
         slo[str(name)] = seconds(value, f"monitor_ttft_slo.{name}")
     window = _duration(raw.get("growth_window") or "30m", "monitor_growth_window")
     mib = {k: int(v) for k, v in bands.items()}
-    return Settings(alert_for, kv, window, mib, slo, series_names(raw.get("metrics") or {}))
+    names, alternatives = series_names(raw.get("metrics") or {})
+    return Settings(alert_for, kv, window, mib, slo, names, alternatives)
 
 
-def series_names(given: Mapping[str, Any]) -> dict[str, str]:
-    """{role: name} over DEFAULT_SERIES: only the monitor's roles, each a metric name."""
+def series_names(
+    given: Mapping[str, Any],
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """({role: the name queries read}, {role: the stacks' names}) over DEFAULT_SERIES: only the
+    monitor's roles, each a metric name, or several joined by "|" (targets.series: stacks
+    that name it differently), read as the series UNIFIED records from them."""
     unknown = sorted(set(given) - set(SERIES_ROLES))
     if unknown:
         raise AcceldeployError(
             f"the monitor's vLLM series: no role {', '.join(unknown)}; known: "
             f"{', '.join(SERIES_ROLES)}"
         )
-    names = {**DEFAULT_SERIES, **{str(k): str(v) for k, v in given.items()}}
-    for role, name in names.items():
-        if not METRIC_NAME.fullmatch(name):
-            raise AcceldeployError(
-                f"the monitor's vLLM series {role}: {name!r} is not a Prometheus metric name"
-            )
-    return names
+    names, alternatives = {}, {}
+    for role, text in {**DEFAULT_SERIES, **{str(k): str(v) for k, v in given.items()}}.items():
+        parts = tuple(text.split("|"))
+        for name in parts:
+            if not METRIC_NAME.fullmatch(name):
+                raise AcceldeployError(
+                    f"the monitor's vLLM series {role}: {name!r} is not a Prometheus metric name"
+                )
+        names[role] = parts[0] if len(parts) == 1 else UNIFIED.format(role=role)
+        if len(parts) > 1:
+            alternatives[role] = parts
+    return names, alternatives
+
+
+def unified_records(s: Settings) -> list[dict[str, str]]:
+    """The recording rules that read each role the stacks name differently under one name."""
+    records = []
+    for role, names in sorted(s.alternatives.items()):
+        for suffix in HISTOGRAM_ROLES.get(role, ("",)):
+            expr = " or ".join(f"{name}{suffix}" for name in names)
+            records.append({"record": f"{s.metrics[role]}{suffix}", "expr": expr})
+    return records
 
 
 def seconds(value: Any, var: str) -> float:
@@ -246,5 +274,6 @@ def document(s: Settings) -> dict[str, Any]:
         {"record": "acceldeploy:requests:rate1m",
          "expr": f'sum by (host, service) (rate({m["requests"]}{{job="vllm"}}[1m]))'},
     ]  # fmt: skip
+    records = [*unified_records(s), *records]
     return {"groups": [{"name": "acceldeploy-records", "rules": records},
                        {"name": "acceldeploy-alerts", "rules": alerts}]}  # fmt: skip

@@ -203,15 +203,16 @@ def _stack(host: str, hv: Mapping[str, Any]) -> dict[str, Any]:
 
 def series(every: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """{role: vLLM series name} of rules.SERIES_ROLES: the names of the stacks whose services
-    the monitors scrape (rules.DEFAULT_SERIES when none serves). Refused, naming both stacks,
-    the role and both names, when two of them name a series the monitor reads differently."""
-    stacks: dict[tuple[str, str], tuple[dict[str, Any], list[str]]] = {}
+    the monitors scrape (rules.DEFAULT_SERIES when none serves). Where two of them name a
+    series differently (a fleet halfway through an upgrade), the names joined by "|" in the
+    order of the stacks: rules.settings reads them as one recorded series that is either."""
+    stacks: dict[tuple[str, str], dict[str, Any]] = {}
     for host, hv in sorted(every.items()):
         if _heads(host, hv):
             entry = _stack(host, hv)
-            stacks.setdefault((entry["file"], entry["name"]), (entry, []))[1].append(host)
-    named: dict[str, dict[str, list[tuple[str, str]]]] = {}  # role -> name -> [(stack, hosts)]
-    for entry, hosts in stacks.values():
+            stacks.setdefault((entry["file"], entry["name"]), entry)
+    named: dict[str, list[str]] = {}  # role -> its names, each once
+    for entry in stacks.values():
         label = str(entry["name"])
         if entry["file"] != str(STACKS_FILE):
             label += f" of {entry['file']}"
@@ -223,22 +224,9 @@ def series(every: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
                     f"stack {label}: metrics.{role} {name!r} is not a Prometheus metric name; "
                     f"fix it in {entry['file']}"
                 )
-            named.setdefault(role, {}).setdefault(name, []).append((label, ", ".join(hosts)))
-    errors = []
-    for role in rules.SERIES_ROLES:
-        if len(named.get(role, {})) < 2:
-            continue
-        (one, first), (other, second) = list(named[role].items())[:2]
-        errors.append(
-            f"the monitors scrape stacks {first[0][0]} ({first[0][1]}) and {second[0][0]} "
-            f"({second[0][1]}), which name vLLM's {role} series differently: {one} and "
-            f"{other}; the monitor's rules and dashboards read one name: finish moving the "
-            f"fleet to one stack ({STACK_VAR}), or list the same name under metrics: {role} "
-            "in both stacks"
-        )
-    if errors:
-        raise AcceldeployError("; ".join(errors))
-    return {role: next(iter(named[role])) if role in named else default
+            if name not in named.setdefault(role, []):
+                named[role].append(name)
+    return {role: "|".join(named.get(role) or [default])
             for role, default in rules.DEFAULT_SERIES.items()}  # fmt: skip
 
 
