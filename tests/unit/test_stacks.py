@@ -58,7 +58,7 @@ def test_every_stack_names_itself_its_platform_and_file() -> None:
     assert set(loaded) == {
         "ascend-vllm-0.12.0rc1", "ascend-vllm-0.13.0", "ascend-vllm-0.23.0", "gaudi-fork-1.22",
         "gaudi-vllm-0.13.0", "gaudi-vllm-0.26.0", "cpu-vllm-0.12.0", "cpu-vllm-0.13.0",
-        "cpu-vllm-0.32.0",
+        "cpu-vllm-0.31.0", "cpu-vllm-0.32.0",
     }  # fmt: skip
     for name, entry in loaded.items():
         assert entry["name"] == name and entry["file"] == str(stacks.STACKS_FILE)
