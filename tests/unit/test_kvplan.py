@@ -131,3 +131,44 @@ def test_negative_memory_is_refused():
     layout = kv_layout(arch("qwen3-vl-8b-instruct.json"), tp=1, block_size=16)
     with pytest.raises(AcceldeployError, match="negative"):
         plan_kv(layout, -5)
+
+
+def test_each_stacks_kv_rules_give_its_vllms_figures():
+    """vLLM >= 0.23 logs its tokens as max concurrency x max model len, and from 0.31 the fit
+    check holds back the null block (versions/stacks.yml kv_rules; kvplan.KV_RULES): equal
+    to the older figures at a length that is a multiple of the block size, not otherwise."""
+    from acceldeploy.planner import stacks
+
+    arch = catalog.find("Qwen/Qwen3-VL-32B-Instruct").arch()
+    old = kv_layout(arch, 1, 128)
+    new = kv_layout(arch, 1, 128, rules=("tokens_per_request", "null_block"))
+    available = 100 * old.page_size_bytes * old.num_layers  # exactly 100 blocks
+    assert old.kv_cache_tokens(available, 2048) == new.kv_cache_tokens(available, 2048) == 12800
+    # 4000 tokens take cdiv(4000, 128) = 32 blocks: 100 / 32 x 4000 = 12500, not 12800
+    assert old.kv_cache_tokens(available, 4000) == 12800
+    assert new.kv_cache_tokens(available, 4000) == 12500
+    assert plan_kv(new, available, 4000).kv_cache_tokens == 12500
+    # 100 blocks: a request of 100 blocks fits the old rule; the new holds one back
+    assert old.fits(available, 100 * 128) and not new.fits(available, 100 * 128)
+    assert new.fits(available, 99 * 128)
+    assert old.estimate_max_model_len(available, 10**6) == 12800
+    assert new.estimate_max_model_len(available, 10**6) == 99 * 128
+    every = stacks.load_stacks()
+    assert not every["cpu-vllm-0.12.0"].get("kv_rules")
+    assert every["cpu-vllm-0.32.0"]["kv_rules"] == ["tokens_per_request", "null_block"]
+    assert every["ascend-vllm-0.23.0"]["kv_rules"] == ["tokens_per_request"]
+
+
+def test_an_unknown_kv_rule_is_refused_naming_the_known(tmp_path: Path):
+    import yaml
+
+    from acceldeploy.planner import stacks
+
+    data = yaml.safe_load(stacks.STACKS_FILE.read_text())
+    data["stacks"]["cpu-vllm-0.32.0"]["kv_rules"] = ["null_blocks"]
+    path = tmp_path / "stacks.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(
+        AcceldeployError, match="kv_rules null_blocks unknown; use tokens_per_request"
+    ):
+        stacks.load_stacks(path)

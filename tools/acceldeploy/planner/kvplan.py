@@ -48,9 +48,19 @@ def _tp_ok(arch: ModelArch, tp: int) -> bool:
     return kv % tp == 0 if kv >= tp else tp % kv == 0
 
 
+# Where vLLM versions do the KV arithmetic differently (a stack's kv_rules, versions/stacks.yml):
+#   tokens_per_request: the logged "KV cache size: N tokens" is int(max concurrency x max model
+#     len) (vLLM >= 0.23, v1/core/kv_cache_utils.py get_kv_cache_capacity), not num_blocks x
+#     block_size: the two differ when the length is not a multiple of the block size;
+#   null_block: the fit check and the estimated max model len leave out the one block the
+#     block pool holds back (vLLM >= 0.31, check_enough_kv_cache_memory).
+KV_RULES = ("tokens_per_request", "null_block")
+
+
 @dataclass(frozen=True)
 class KVLayout:
-    """The per-rank KV cache geometry of one model at one TP size."""
+    """The per-rank KV cache geometry of one model at one TP size, and the KV rules of the
+    vLLM that runs it (KV_RULES)."""
 
     num_layers: int
     kv_heads_per_rank: int
@@ -58,6 +68,7 @@ class KVLayout:
     element_bytes: int
     block_size: int
     is_mla: bool
+    rules: frozenset[str] = frozenset()
 
     @property
     def page_size_bytes(self) -> int:
@@ -78,16 +89,29 @@ class KVLayout:
     def num_blocks(self, available_bytes: int) -> int:
         return max(int(available_bytes // self.page_size_bytes // self.num_layers), 0)
 
-    def kv_cache_tokens(self, available_bytes: int) -> int:
+    def kv_cache_tokens(self, available_bytes: int, max_model_len: int | None = None) -> int:
+        """The token count vLLM logs ("KV cache size: N tokens")."""
+        if "tokens_per_request" in self.rules and max_model_len:
+            return int(self.max_concurrency(available_bytes, max_model_len) * max_model_len)
         return self.num_blocks(available_bytes) * self.block_size
 
     def needed_bytes(self, max_model_len: int) -> int:
         return cdiv(max_model_len, self.block_size) * self.page_size_bytes * self.num_layers
 
+    def usable_blocks(self, available_bytes: int) -> int:
+        """The blocks one request can use: all of them, or all but the null block."""
+        held = 1 if "null_block" in self.rules else 0
+        return max(self.num_blocks(available_bytes) - held, 0)
+
+    def fits(self, available_bytes: int, max_model_len: int) -> bool:
+        """vLLM's start-up check that one request of max_model_len fits."""
+        if "null_block" in self.rules:
+            return cdiv(max_model_len, self.block_size) <= self.usable_blocks(available_bytes)
+        return self.needed_bytes(max_model_len) <= available_bytes
+
     def estimate_max_model_len(self, available_bytes: int, upper: int) -> int:
         """vLLM's binary search over [1, upper], in closed form (needed() is a step)."""
-        fitting_blocks = self.num_blocks(available_bytes)
-        return min(upper, fitting_blocks * self.block_size)
+        return min(upper, self.usable_blocks(available_bytes) * self.block_size)
 
     def max_concurrency(self, available_bytes: int, max_model_len: int) -> float:
         return self.num_blocks(available_bytes) / cdiv(max_model_len, self.block_size)
@@ -100,8 +124,10 @@ def kv_layout(
     kv_cache_dtype: str = "auto",
     dtype: str = "auto",
     pp: int = 1,
+    rules: tuple[str, ...] = (),
 ) -> KVLayout:
-    """Per rank: KV heads split by TP, layers by PP (vLLM gives a stage ceil(layers / PP))."""
+    """Per rank: KV heads split by TP, layers by PP (vLLM gives a stage ceil(layers / PP));
+    `rules`: the stack's KV_RULES."""
     check_tensor_parallel(arch, tp)
     if block_size < 1:
         raise AcceldeployError(f"block size must be >= 1, got {block_size}")
@@ -127,6 +153,7 @@ def kv_layout(
         element_bytes=element_bytes,
         block_size=block_size,
         is_mla=arch.is_mla,
+        rules=frozenset(rules),
     )
 
 
@@ -227,7 +254,7 @@ def plan_kv(layout: KVLayout, available_bytes: int, max_model_len: int | None = 
             "max_model_len": max_model_len,
             "kv_needed_bytes": needed,
             "kv_needed_gib": round(needed / GIB, 2),
-            "fits": needed <= available_bytes,
+            "fits": layout.fits(available_bytes, max_model_len),
             "estimated_max_model_len": layout.estimate_max_model_len(
                 available_bytes, max_model_len
             ),
@@ -243,7 +270,7 @@ def plan_kv(layout: KVLayout, available_bytes: int, max_model_len: int | None = 
         available_bytes=available_bytes,
         available_gib=round(available_bytes / GIB, 2),
         num_blocks=layout.num_blocks(available_bytes),
-        kv_cache_tokens=layout.kv_cache_tokens(available_bytes),
+        kv_cache_tokens=layout.kv_cache_tokens(available_bytes, max_model_len),
         **fields,
     )
 

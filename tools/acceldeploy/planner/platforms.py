@@ -53,6 +53,8 @@ class Platform:
     bucketing: dict[str, str] = field(default_factory=dict)
     # role -> the vLLM /metrics series of the stack (planner.stacks.DEFAULT_METRICS)
     metrics: dict[str, str] = field(default_factory=dict)
+    # the stack's vLLM's KV arithmetic where versions differ (planner.kvplan.KV_RULES)
+    kv_rules: tuple[str, ...] = ()
 
     @property
     def container(self) -> bool:
@@ -105,4 +107,5 @@ def get_platform(name: str, stacks_file: str | None = None, stack_name: str = ""
         engine_additions=engine_additions(pins),
         bucketing=bucketing(pins),
         metrics=metric_names(pins),
+        kv_rules=tuple(str(r) for r in pins.get("kv_rules") or ()),
     )

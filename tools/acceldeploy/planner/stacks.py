@@ -20,6 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner.kvplan import KV_RULES
 
 REPO = Path(__file__).resolve().parents[3]
 VERSIONS_DIR = REPO / "versions"
@@ -131,6 +132,12 @@ def part_errors(entry: Mapping[str, Any]) -> list[str]:
                 f"{', '.join(map(str, entry[allowed]))}; fix the stack's {key} or {allowed} "
                 f"in {entry['file']}"
             )
+    unknown = sorted(set(entry.get("kv_rules") or ()) - set(KV_RULES))
+    if unknown:
+        errors.append(
+            f"stack {name}: kv_rules {', '.join(map(str, unknown))} unknown; use "
+            f"{', '.join(KV_RULES)} (tools/acceldeploy/planner/kvplan.py) in {entry['file']}"
+        )
     requires = entry.get("requires_python")
     if entry.get("python") and requires:
         where = f"{entry['file']} {name}"

@@ -147,7 +147,7 @@ def resolve_max_model_len(
             f"{arch.max_position_embeddings} or less (or auto)"
         )
     needed = layout.needed_bytes(service.max_model_len)
-    if needed > available:
+    if not layout.fits(available, service.max_model_len):
         estimate = layout.estimate_max_model_len(available, service.max_model_len)
         raise AcceldeployError(
             f"{service.where}: max_model_len {service.max_model_len} needs "
@@ -236,6 +236,7 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
         block,
         service.kv_cache_dtype,
         pp=service.pipeline_parallel_size,
+        rules=platform.kv_rules,
     )
     available = available_kv_bytes(service, platform, env)
     length = resolve_max_model_len(service, arch, layout, available)
@@ -253,7 +254,7 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
         "bytes_per_token": layout.bytes_per_token,
         "block_size": block,
         "available_gib": round(available / GIB, 2),
-        "kv_cache_tokens": layout.kv_cache_tokens(available),
+        "kv_cache_tokens": layout.kv_cache_tokens(available, length),
         "needed_gib": round(layout.needed_bytes(length) / GIB, 2),
         "max_concurrency": round(layout.max_concurrency(available, length), 2),
     }
