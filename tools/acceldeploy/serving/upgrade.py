@@ -87,7 +87,9 @@ def version_moves(
 def _text(value: Any) -> str:
     if value is None:
         return "-"
-    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none recorded"
+    return str(value)
 
 
 def option_findings(
