@@ -111,3 +111,13 @@ def test_the_driver_loads_the_gateway_and_samples_its_own_host(tmp_path: Path) -
     argv = driver.bench_argv(plan, 1.0, tmp_path, 0)
     assert argv[argv.index("--base-url") + 1] == "http://127.0.0.1:9001"
     assert "sk-client-1" not in repr(plan)
+
+
+def test_bench_without_a_gateway_flag_benches_the_serving_hosts_only(tmp_path: Path) -> None:
+    """A fleet with a gateway (and monitors): the gateway runs no vLLM, so `bench -i` without
+    --limit benches lab1 and lab2 and does not plan lab3 (which has no platform)."""
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    bench.add_parser(sub, parents())
+    args = parser.parse_args(["bench", "-i", str(lab_inventory(tmp_path)), "--profile", "smoke"])
+    assert sorted(t.host for t in bench.select(args)) == ["lab1", "lab2"]

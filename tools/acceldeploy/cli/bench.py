@@ -22,6 +22,7 @@ from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
 from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import PROG, Parents
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import groups
 from acceldeploy.secrets import mask
 from acceldeploy.serving import selection
 
@@ -77,7 +78,9 @@ def select(args: argparse.Namespace) -> list[Target]:
             return profiles.pick(hv.get(profiles.VAR), args.profile, base)
 
         return via.targets(every, args.via_gateway, args.service, picked)
-    found = selection.limited(args.inventory, args.limit)
+    # the gateways and monitors run no vLLM: the hosts benched are the serving ones
+    found = {h: hv for h, hv in selection.limited(args.inventory, args.limit).items()
+             if groups.serves(hv)}  # fmt: skip
     targets, names, workers = [], set(), []
     for host, hv in found.items():
         profile = profiles.pick(hv.get(profiles.VAR), args.profile, base)
