@@ -14,6 +14,12 @@ monitor (--monitors 1), lab1 and lab2 serve; from the lab converged on cpu-vllm-
 
 Figures (each move's seconds per host, requests, the bench comparison) are printed; run with
 `pytest -s`. The module leaves the lab on the inventory's stack, 0.12.0.
+
+NOT PASSED yet (2026-11-28, docs/benchmarks/2026-11-28-todays-stacks.md): on this 2-core
+machine lab1 switched to 0.32.0, then carried the whole load at 100 % CPU while lab2's 0.12.0
+engine took minutes to exit and its 0.32.0 start missed the 300 s readiness gate; the
+rollout stopped there and rolled lab2 back, as it should. Run it with more cores, or a lower
+RATE, before claiming the proof.
 """
 
 from __future__ import annotations
