@@ -252,3 +252,13 @@ def one_host_at_a_time(clients: Clients, run: PlaybookRun, hosts: Sequence[str])
         answers = clients.answers[host]
         assert len(answers) > 100 and answers[0].ok and answers[-1].ok, (host, len(answers))
     return figures
+
+
+def built_anything(run: PlaybookRun) -> list[tuple[str, str]]:
+    """(host, task) of every install from the wheels or pull from a builder the run made."""
+    return [
+        (host, name)
+        for name, host, result in run.iter_results()
+        if ("Install the pinned stack" in name or "Pull the build from its builder" in name)
+        and not result.get("skipped")
+    ]

@@ -25,16 +25,16 @@ RATE, before claiming the proof.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from ansible_run import PlaybookRun, run_playbook
-from labhost import INVENTORY, ROOT, lab_cli, on_host, prometheus_api
+from labhost import INVENTORY, lab_cli, on_host, prometheus_api
+from rollout import built_anything
 from test_gateway_rollout import RATE, Load, wait_all_up
+from test_site_bench import LAB_TOLERANCE, bench
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -55,16 +55,6 @@ def served_version(host: str, port: int) -> str:
     return on_host(host, f"curl -sf http://127.0.0.1:{port}/version")
 
 
-def installed(run: PlaybookRun) -> list[tuple[str, str]]:
-    """(host, task) of every install from the wheels or pull of a build the run made."""
-    return [
-        (host, name)
-        for name, host, result in run.iter_results()
-        if ("Install the pinned stack" in name or "Pull the build from its builder" in name)
-        and not result.get("skipped")
-    ]
-
-
 def move(inventory: Path, label: str) -> tuple[PlaybookRun, Load, float]:
     """site.yml with that inventory under a steady load through the gateway."""
     with Load() as load:
@@ -80,15 +70,6 @@ def move(inventory: Path, label: str) -> tuple[PlaybookRun, Load, float]:
     assert not failed, failed[:10]
     assert len(load.records) >= RATE * seconds * 0.9
     return run, load, seconds
-
-
-def bench(inventory: Path, out: Path, *extra: str) -> tuple[int, str]:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools/bench.py"), "-i", str(inventory), "--serial",
-         "--profile", "smoke", "--out", str(out), *extra],
-        capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
-    return proc.returncode, proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +89,15 @@ def fleet() -> Iterator[None]:
 
 def test_0_12_to_0_32_and_back_and_forth_behind_the_gateway(fleet: None, tmp_path: Path) -> None:
     baseline_dir = tmp_path / "bench-0.12"
-    code, output = bench(INVENTORY, baseline_dir)
+    code, output, _ = bench("--profile", "smoke", out=baseline_dir)
     assert code == 0, output[-3000:]
     (baseline,) = (p for p in baseline_dir.iterdir() if p.is_dir())
 
     new = stack_inventory(tmp_path, NEW)
     run, _, _ = move(new, "0.12.0 -> 0.32.0 (build beside, then switch)")
-    assert {h for h, _ in installed(run)} <= set(SERVING) and installed(run), "nothing built"
+    assert {h for h, _ in built_anything(run)} <= set(SERVING) and built_anything(run), (
+        "nothing built"
+    )
     for index, host in enumerate(SERVING, start=1):
         assert '"0.32.0"' in served_version(host, 8000 + index), host
 
@@ -139,17 +122,17 @@ def test_0_12_to_0_32_and_back_and_forth_behind_the_gateway(fleet: None, tmp_pat
     assert not firing, firing
     assert set(SERVING) <= hosts_kv and set(SERVING) <= hosts_memory, (hosts_kv, hosts_memory)
 
-    code, output = bench(new, tmp_path / "bench-0.32", "--baseline", str(baseline), "--force",
-                         "--tolerance", "0.35")  # fmt: skip
+    code, output, _ = bench("--profile", "smoke", "--baseline", str(baseline), "--force",
+                            *LAB_TOLERANCE, out=tmp_path / "bench-0.32", inventory=new)  # fmt: skip
     print(output[-2500:], flush=True)
     assert code in (0, 1), output[-3000:]  # compared: the same or regressed, said per figure
     assert "baseline" in output.lower(), output[-2000:]
 
     back, _, _ = move(INVENTORY, "0.32.0 -> 0.12.0 (the kept build)")
-    assert installed(back) == [], installed(back)
+    assert built_anything(back) == [], built_anything(back)
     for index, host in enumerate(SERVING, start=1):
         assert '"0.12.0"' in served_version(host, 8000 + index), host
     forward, _, _ = move(new, "0.12.0 -> 0.32.0 again (the kept build)")
-    assert installed(forward) == [], installed(forward)
+    assert built_anything(forward) == [], built_anything(forward)
     for index, host in enumerate(SERVING, start=1):
         assert '"0.32.0"' in served_version(host, 8000 + index), host

@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_run import REPO, PlaybookRun, inventory_hosts, lab_inventory, run_playbook, ssh
+from ansible_run import REPO, inventory_hosts, lab_inventory, run_playbook, ssh
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 from rollout import (
@@ -47,6 +47,7 @@ from rollout import (
     ENVS,
     NAME,
     Clients,
+    built_anything,
     cached_wheels,
     env_builds,
     env_vllm,
@@ -177,16 +178,6 @@ def bench(inventory: Path, out: Path) -> tuple[int, str, Path | None]:
     )  # fmt: skip
     runs = sorted(p for p in out.iterdir() if p.is_dir()) if out.exists() else []
     return proc.returncode, proc.stdout + proc.stderr, (runs[-1] if runs else None)
-
-
-def built_anything(run: PlaybookRun) -> list[tuple[str, str]]:
-    """(host, task) of every install from the wheels or pull from a builder the run made."""
-    return [
-        (host, name)
-        for name, host, result in run.iter_results()
-        if ("Install the pinned stack" in name or "Pull the build from its builder" in name)
-        and not result.get("skipped")
-    ]
 
 
 def room_for_two_more_builds(hosts: dict[str, dict[str, Any]], serving: dict[str, str]) -> None:

@@ -18,15 +18,12 @@ whenever L is a multiple of the block size, as the lab's 2048 is of 128.
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
-from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.lab.stackrecord import lab_launch
 from acceldeploy.planner.vllmlog import parse_log
-from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.render import Launch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,23 +37,9 @@ def startup_log(version: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def launch(tmp_path_factory: pytest.TempPathFactory) -> Launch:
+def launch() -> Launch:
     """The lab's qwen3-vl service on lab1, as `tools/lab.py up` would describe the host."""
-    inventory = tmp_path_factory.mktemp("lab-inventory")
-    shutil.copytree(REPO / "inventory" / "lab" / "group_vars", inventory / "group_vars")
-    hosts = {
-        "all": {
-            "children": {
-                "lab": {
-                    "vars": {"acceldeploy_platform": "cpu"},
-                    "hosts": {"lab1": {"ansible_host": "127.0.0.1", "lab_index": 1}},
-                }
-            }
-        }
-    }
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    (found,) = host_launches(host_vars(str(inventory), "lab1"))
-    return found
+    return lab_launch()
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -101,18 +84,13 @@ def test_vllm_0_13_adds_one_metric_family_and_drops_none() -> None:
 
 @pytest.mark.parametrize("stack", ["cpu-vllm-0.13.0", "cpu-vllm-0.31.0", "cpu-vllm-0.32.0"])
 def test_the_lab_service_renders_on_each_cpu_stack_and_passes_its_recorded_parser(
-    tmp_path: Path, stack: str
+    stack: str,
 ) -> None:
     """The lab's service planned on each newer cpu stack: its argv's every flag is an option of
     that version's recorded parser (data/engine-options/), and the KV plan matches its log."""
     from acceldeploy.planner.engineopts import engine_options
 
-    inventory = tmp_path / "lab-inventory"
-    shutil.copytree(REPO / "inventory" / "lab" / "group_vars", inventory / "group_vars")
-    lab1 = {"ansible_host": "127.0.0.1", "lab_index": 1, "acceldeploy_stack": stack}
-    hosts = {"lab": {"vars": {"acceldeploy_platform": "cpu"}, "hosts": {"lab1": lab1}}}
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": hosts}}))
-    (found,) = host_launches(host_vars(str(inventory), "lab1"))
+    found = lab_launch(stack)
     version = stack.removeprefix("cpu-vllm-")
     options = engine_options(f"vllm-{version}").options
     flags = [a for a in found.argv if a.startswith("--")]

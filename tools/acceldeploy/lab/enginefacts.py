@@ -25,9 +25,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.data_files import DATA_DIR
+from acceldeploy.planner.enginefacts import FACTS_DIR
 
-FACTS_DIR = DATA_DIR / "engine-facts"
 FAMILY = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
 ENV_TABLES = ("environment_variables", "env_variables")
 
@@ -84,13 +83,18 @@ def facts(version: str, env: dict[str, Any], metrics: dict[str, Any] | None) -> 
     return document
 
 
-def write(version: str, document: dict[str, Any], out_dir: Path = FACTS_DIR) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"vllm-{version}.json"
+def write_whole(path: Path, text: str) -> Path:
+    """The file whole or not at all: written beside it, then renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(text)
     tmp.replace(path)
     return path
+
+
+def write(version: str, document: dict[str, Any], out_dir: Path = FACTS_DIR) -> Path:
+    text = json.dumps(document, indent=1, sort_keys=True) + "\n"
+    return write_whole(out_dir / f"vllm-{version}.json", text)
 
 
 def record(

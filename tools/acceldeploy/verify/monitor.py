@@ -4,7 +4,6 @@ names the command to run next)."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -121,14 +120,11 @@ def _settled(target: Mapping[str, Any], began: float) -> bool:
 
 
 def scraped_at(target: Mapping[str, Any]) -> float:
-    """A target's lastScrape (RFC 3339, nanoseconds, "Z") as unix seconds."""
-    text = str(target.get("lastScrape", ""))
-    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text)
-    if not found:
+    """A target's lastScrape (RFC 3339, nanoseconds, "Z") as unix seconds; 0 without one."""
+    try:
+        return datetime.fromisoformat(str(target.get("lastScrape", ""))).timestamp()
+    except ValueError:
         return 0.0
-    stamp, fraction, zone = found.groups()
-    at = datetime.fromisoformat(stamp + ("+00:00" if zone == "Z" else zone))
-    return at.timestamp() + float(fraction or 0)
 
 
 def _key(job: Any, labels: Mapping[str, Any]) -> tuple[Any, Any, Any]:
