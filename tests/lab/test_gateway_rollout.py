@@ -47,10 +47,11 @@ RESULTS = Path(os.environ.get("ACCELDEPLOY_CACHE") or "/var/cache/acceldeploy") 
 
 
 class Load:
-    """Chat completions through the endpoint at RATE per second until stopped: each one's
+    """Chat completions through the endpoint at `rate` per second (RATE) until stopped: each one's
     send time, latency and outcome (HTTP status, or the error)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate: float = RATE) -> None:
+        self.rate = rate
         self.records: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=64)
@@ -77,7 +78,7 @@ class Load:
         start = time.monotonic()
         n = 0
         while not self.stop.is_set():
-            due = start + n / RATE
+            due = start + n / self.rate
             time.sleep(max(0.0, due - time.monotonic()))
             self.pool.submit(self._one, time.monotonic())
             n += 1
