@@ -108,9 +108,14 @@ def acceldeploy_serving_pattern(inventory_groups: Mapping[str, Any]) -> str:
     return groups.serving_pattern(plain(dict(inventory_groups)))
 
 
-def acceldeploy_apart_pattern(inventory_groups: Mapping[str, Any]) -> str:
-    """groups | acceldeploy_apart_pattern: the host pattern of the gateways and the monitors."""
-    return groups.apart_pattern(plain(dict(inventory_groups)))
+def acceldeploy_run_pattern(inventory_groups: Mapping[str, Any]) -> str:
+    """groups | acceldeploy_run_pattern: every host of the run (preflight's first play)."""
+    return groups.run_pattern(plain(dict(inventory_groups)))
+
+
+def acceldeploy_serves(group_names: Any) -> bool:
+    """group_names | acceldeploy_serves: the host serves models (no gateway, no monitor)."""
+    return groups.serves({"group_names": plain(list(group_names or []))})
 
 
 def acceldeploy_target_probe(inputs: Mapping[str, Any]) -> str:
@@ -179,7 +184,8 @@ class FilterModule:
             acceldeploy_type_errors,
             acceldeploy_variable_pattern,
             acceldeploy_serving_pattern,
-            acceldeploy_apart_pattern,
+            acceldeploy_run_pattern,
+            acceldeploy_serves,
             acceldeploy_target_probe,
             acceldeploy_target,
             acceldeploy_state_key,

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 import yaml
+from playbook_report import lab_inventory
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan
 from acceldeploy.inventory import bounds, durations
 from acceldeploy.inventory.roledefaults import role_defaults
-from acceldeploy.lab.inventory import InventoryHost, write_inventory
 from acceldeploy.monitor import rules, targets
 from acceldeploy.serving import selection
 
@@ -36,16 +36,8 @@ OTHER = {"name": "other", "model": "acceldeploy/tiny-qwen3-vl", "source": "hf",
 
 
 def lab(tmp_path: Path, **extra: dict[str, Any]) -> tuple[Path, dict[str, dict[str, Any]]]:
-    """The lab's inventory (lab3 a gateway, lab4 a monitor, both inheriting the fleet's
-    services from group_vars/all as the lab's do), each host's extra variables in host_vars."""
-    shutil.copytree(ROOT / "inventory/lab/group_vars", tmp_path / "group_vars")
-    path = write_inventory(tmp_path / "hosts.yml", [
-        InventoryHost("lab1", 1, 2201), InventoryHost("lab2", 2, 2202),
-        InventoryHost("lab3", 3, 2203, gateway=True), InventoryHost("lab4", 4, 2204, monitor=True),
-    ], tmp_path / "id")  # fmt: skip
-    (tmp_path / "host_vars").mkdir()
-    for host, variables in extra.items():
-        (tmp_path / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(variables))
+    """The lab's inventory with each host's extra variables, and every host's variables."""
+    path = lab_inventory(tmp_path, **extra)
     return path, selection.every_host(str(path))
 
 

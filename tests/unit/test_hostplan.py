@@ -167,8 +167,7 @@ def test_plan_render_the_unit_and_preflight_show_one_gaudi_argv():
         if task["task"]["name"] == "Show what each service will run"
     ]
     (result,) = shown
-    (item,) = result["results"]
-    assert item["msg"] == f"{unit.name}: {shlex.join(unit.argv)}"
+    assert result["msg"] == [f"hpu-01: {unit.name}: {shlex.join(unit.argv)}"]
 
 
 def test_plan_kv_needs_a_real_platform_and_its_help_matches():

@@ -10,8 +10,10 @@ module imports nothing else from acceldeploy but its errors, so
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +153,18 @@ def part_errors(entry: Mapping[str, Any]) -> list[str]:
 
 def load_stacks(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """versions/stacks.yml (or another file of the same shape), checked: the keys each
-    platform uses, one default per platform, every stack's parts agreeing."""
+    platform uses, one default per platform, every stack's parts agreeing. Read and checked
+    once per version of the file (a plan reads it for every host and role); each caller gets
+    its own copy."""
     file = Path(path) if path else STACKS_FILE
     if not file.is_file():
         raise AcceldeployError(f"stacks file {file} does not exist")
+    status = file.stat()
+    return copy.deepcopy(_checked_stacks(file, status.st_mtime_ns, status.st_size))
+
+
+@lru_cache(maxsize=8)
+def _checked_stacks(file: Path, _mtime_ns: int, _size: int) -> dict[str, dict[str, Any]]:
     data = yaml.safe_load(file.read_text())
     if not isinstance(data, dict) or not isinstance(data.get("stacks"), dict):
         raise AcceldeployError(f"{file}: expected a mapping `stacks:` of stack name -> stack")

@@ -1,0 +1,258 @@
+"""Preflight's one controller-side pass (kubespray's validate_inventory shape): every role's
+input checks, for every host of the run, in one call and one process, before any host is
+contacted.
+
+Each step below is a role's own check: the expressions its tasks set (roles/<role>/vars/main.yml
+and defaults/main.yml, templated with that host's variables as include_role would), so a role
+used alone checks the same inputs the same way. The pass returns every host's failures at once
+(each naming the variable and the fix), the facts the later plays read, per host, and the
+errors only the whole fleet shows (the nodes of a multi-node service that disagree). It changes
+nothing and contacts no host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+from ansible.template import trust_as_template
+
+from acceldeploy import secrets
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import groups as fleet_groups
+from acceldeploy.inventory.ansible_adapter import plain
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+# What every host's scope takes from the task's own variables (the run's, not the host's).
+RUN_VARS = (
+    "ansible_play_hosts", "ansible_play_hosts_all", "ansible_play_batch", "ansible_limit",
+    "ansible_check_mode", "ansible_diff_mode", "ansible_inventory_sources", "ansible_run_tags",
+    "ansible_skip_tags", "ansible_version", "playbook_dir", "omit",
+)  # fmt: skip
+# The names check (misspelt variables, wrong types) runs on the inventory's own variables.
+NAME_LIST = (
+    "query('ansible.builtin.varnames', none | acceldeploy.fleet.acceldeploy_variable_pattern)"
+)
+NAMES = (
+    "(preflight_names | acceldeploy.fleet.acceldeploy_unknown_variables)"
+    " + (dict(preflight_names | zip(query('ansible.builtin.vars', *preflight_names)))"
+    " | acceldeploy.fleet.acceldeploy_type_errors)"
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One role's checks: the lists of errors it asserts empty, then the facts it sets, in order
+    (a later fact may read an earlier one), each {fact: the role's variable that computes it}."""
+
+    role: str
+    errors: tuple[str, ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()
+    applies: Callable[[Mapping[str, Any]], bool] = field(default=lambda hv: True)
+
+
+def _platform(name: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda hv: str(hv.get("acceldeploy_platform") or "") == name
+
+
+SERVING = (
+    Step("vllm_service", ("vllm_service_number_errors",),
+         (("vllm_service_units", "vllm_service_planned_units"),
+          ("vllm_service_node_view", "vllm_service_planned_node_view"))),
+    Step("host_tuning", (), (("host_tuning_settings", "host_tuning_checked_settings"),)),
+    Step("ascend_runtime", (), (("ascend_runtime_stack", "ascend_runtime_planned_stack"),
+                                ("ascend_runtime_options", "ascend_runtime_planned_options")),
+         _platform("ascend")),
+    Step("gaudi_runtime", ("gaudi_runtime_number_errors",),
+         (("gaudi_runtime_stack", "gaudi_runtime_planned_stack"),
+          ("gaudi_runtime_options", "gaudi_runtime_planned_options"),
+          ("gaudi_runtime_image_ref", "gaudi_runtime_planned_image_ref")),
+         _platform("gaudi")),
+    Step("python_env", ("python_env_number_errors",),
+         (("python_env_spec", "python_env_planned_spec"),)),
+    Step("model_weights", ("model_weights_number_errors",),
+         (("model_weights_info", "model_weights_planned_info"),)),
+)  # fmt: skip
+# After the fleet's fan-out (model_weights_jobs, the same for every host): each host's part.
+WEIGHTS_PART = Step("model_weights", (), (
+    ("model_weights_job", "model_weights_planned_job"),
+    ("model_weights_busy", "model_weights_planned_busy"),
+    ("model_weights_python", "model_weights_planned_python"),
+    ("model_weights_hub_python", "model_weights_planned_hub_python"),
+))  # fmt: skip
+GATEWAY = Step("gateway", ("gateway_number_errors",), (("gateway_plan", "gateway_planned"),))
+MONITOR = Step("monitor", ("monitor_number_errors",), (
+    ("monitor_metrics", "monitor_planned_metrics"),
+    ("monitor_file_sd", "monitor_planned_file_sd"),
+    ("monitor_rules", "monitor_planned_rules"),
+    ("monitor_dashboards", "monitor_planned_dashboards"),
+    ("monitor_device_exporter", "monitor_planned_device_exporter"),
+))  # fmt: skip
+# Every fact the pass can deliver (playbooks/preflight.yml sets each host's own).
+FACTS = tuple(dict.fromkeys(
+    [f for step in (*SERVING, WEIGHTS_PART, GATEWAY, MONITOR) for f, _ in step.facts]
+    + ["model_weights_jobs"]))  # fmt: skip
+
+
+def _expression(source: str) -> str:
+    """`{{ source }}`, trusted as a template (the pass's own words, not data's)."""
+    expression: str = trust_as_template("{{ " + source + " }}")
+    return expression
+
+
+def _message(exc: BaseException) -> str:
+    """The check's own words: the innermost Ansible message (our filters raise the
+    AcceldeployError's text), masked."""
+    text = ""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, AcceldeployError):
+            text = str(seen)
+            break
+        if isinstance(seen, AnsibleError):
+            text = str(getattr(seen, "_original_message", "") or seen.message)
+        seen = seen.__cause__ or seen.__context__
+    return secrets.mask(text.strip() or str(exc))
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        self._hostvars = task_vars["hostvars"]
+        self._files: dict[tuple[str, str], dict[str, Any]] = {}
+        self._raws: dict[str, dict[str, Any]] = {}
+        self._run = {name: task_vars[name] for name in RUN_VARS if name in task_vars}
+        hosts = [str(h) for h in self._task.args.get("hosts") or []]
+        self._errors: dict[str, list[str]] = {}
+        self._facts: dict[str, dict[str, Any]] = {h: {} for h in hosts}
+
+        named = [h for h in hosts if self._names_pass(h)]
+        serving = [h for h in named if fleet_groups.serves(self._raw(h))]
+        for host in serving:
+            for step in SERVING:
+                self._step(host, step)
+        self._weights_fanout([h for h in serving if h not in self._errors], serving)
+        for host in named:
+            if fleet_groups.in_group(self._raw(host), fleet_groups.GATEWAYS):
+                self._step(host, GATEWAY)
+            if fleet_groups.in_group(self._raw(host), fleet_groups.MONITORS):
+                self._step(host, MONITOR)
+
+        ok = [h for h in serving if h not in self._errors]
+        result.update(
+            changed=False,
+            errors=self._errors,
+            facts={h: facts for h, facts in self._facts.items() if h not in self._errors},
+            fleet_errors=self._group_errors(ok) if len(ok) == len(serving) else [],
+            commands=[
+                f"{host}: {unit['name']}: {unit['launch']['command_line']}"
+                for host in ok
+                for unit in self._facts[host].get("vllm_service_units") or []
+            ],
+            msg=f"{len(hosts) - len(self._errors)} of {len(hosts)} hosts' inputs passed",
+        )
+        return result
+
+    def _role_file(self, role: str, kind: str) -> dict[str, Any]:
+        """roles/<role>/<kind>/main.yml as Ansible loads it (its templates trusted)."""
+        path = ROLES / role / kind / "main.yml"
+        if (role, kind) not in self._files:
+            loaded = (
+                self._loader.load_from_file(str(path), trusted_as_template=True)
+                if path.is_file()
+                else {}
+            )
+            self._files[role, kind] = dict(loaded or {})
+        return self._files[role, kind]
+
+    def _raw(self, host: str) -> dict[str, Any]:
+        """The host's own variables (the inventory's, the facts set so far), read once."""
+        if host not in self._raws:
+            self._raws[host] = dict(self._hostvars.raw_get(host))
+        return self._raws[host]
+
+    def _templar_for(self, scope: Mapping[str, Any]) -> Any:
+        return self._templar.copy_with_new_env(available_variables=scope)
+
+    def _scope(self, host: str, role: str) -> dict[str, Any]:
+        """The variables a task of `role` sees on `host` (include_role's precedence: role
+        defaults, then the inventory and the facts set so far, then role vars)."""
+        return {**self._role_file(role, "defaults"), **self._raw(host), **self._facts[host],
+                **self._role_file(role, "vars"), **self._run, "hostvars": self._hostvars,
+                "inventory_hostname": host, "role_path": str(ROLES / role),
+                "role_name": f"acceldeploy.fleet.{role}"}  # fmt: skip
+
+    def _fail(self, host: str, messages: list[str]) -> None:
+        self._errors.setdefault(host, []).extend(secrets.mask(str(m)) for m in messages)
+
+    def _names_pass(self, host: str) -> bool:
+        scope = {**self._raw(host), **self._run, "hostvars": self._hostvars}
+        try:
+            templar = self._templar_for(scope)
+            names = templar.template(_expression(NAME_LIST))
+            errors = self._templar_for({**scope, "preflight_names": names}).template(
+                _expression(NAMES)
+            )
+        except (AnsibleError, AcceldeployError) as exc:
+            errors = [_message(exc)]
+        if errors:
+            self._fail(host, list(errors))
+        return not errors
+
+    def _step(self, host: str, step: Step) -> None:
+        """One role's checks on one host: its error lists, then its facts; the first failure
+        ends the step (its later facts read the earlier ones)."""
+        if not step.applies(self._raw(host)):
+            return
+        try:
+            templar = self._templar_for(self._scope(host, step.role))
+            failed = [e for name in step.errors for e in templar.template(_expression(name))]
+            if failed:
+                self._fail(host, failed)
+                return
+            for fact, source in step.facts:
+                value = plain(
+                    self._templar_for(self._scope(host, step.role)).template(_expression(source))
+                )
+                self._facts[host][fact] = value
+        except (AnsibleError, AcceldeployError) as exc:
+            self._fail(host, [_message(exc)])
+
+    def _weights_fanout(self, ok: list[str], serving: list[str]) -> None:
+        """Who downloads from the hub, who pulls from a seed, who only verifies: once for the
+        fleet (the serving hosts of the run), then each host's part."""
+        if not ok:
+            return
+        infos = [self._facts[h]["model_weights_info"] for h in ok]
+        scope = {**self._scope(ok[0], "model_weights"), "preflight_infos": infos,
+                 "preflight_ok": ok, "preflight_all": serving}  # fmt: skip
+        try:
+            fanout = ("preflight_infos | acceldeploy.fleet.model_weights_fanout(preflight_ok,"
+                      " preflight_all, groups['all'])")  # fmt: skip
+            jobs = plain(self._templar_for(scope).template(_expression(fanout)))
+        except (AnsibleError, AcceldeployError) as exc:
+            for host in ok:
+                self._fail(host, [_message(exc)])
+            return
+        for host in ok:
+            self._facts[host]["model_weights_jobs"] = jobs
+            self._step(host, WEIGHTS_PART)
+
+    def _group_errors(self, ok: list[str]) -> list[str]:
+        """The nodes of every multi-node service agree (platform, stack, model, layout)."""
+        views = {h: self._facts[h].get("vllm_service_node_view") for h in ok}
+        keys = {h: (self._facts[h].get("python_env_spec") or {}).get("key") for h in ok}
+        scope = {**self._run, "preflight_views": views, "preflight_keys": keys}
+        try:
+            check = "preflight_views | acceldeploy.fleet.acceldeploy_group_errors(preflight_keys)"
+            return list(self._templar_for(scope).template(_expression(check)))
+        except (AnsibleError, AcceldeployError) as exc:
+            return [_message(exc)]
