@@ -79,7 +79,7 @@ def acceldeploy_bounded_names(role: str) -> list[str]:
 
 def acceldeploy_number_errors(values: Mapping[str, Any]) -> list[str]:
     """{variable: value} | acceldeploy_number_errors: a message for each day-2 number out of
-    its bounds (tools/acceldeploy/bounds.py), naming the variable and the range."""
+    its bounds (tools/acceldeploy/inventory/bounds.py), naming the variable and the range."""
     return bounds.errors(plain(dict(values)))
 
 

@@ -81,7 +81,7 @@ def vllm_service_secrets_digest(services: list[dict[str, Any]], names: list[str]
 def vllm_service_state_spec(
     units: list[dict[str, Any]], helpers: list[str], dirs: dict[str, str]
 ) -> dict[str, list[str]]:
-    """What the no-op path compares with the last converge (tools/acceldeploy/drift.py): every
+    """What the no-op path compares with the last converge (tools/acceldeploy/state/drift.py): every
     file the role writes (units, launchers, secrets, helpers, the rollback point), the service
     user's entries, and each unit's state (active, enabled)."""
     files = [f"{dirs['launcher']}/{helper}" for helper in helpers] + ["/etc/passwd", "/etc/group"]

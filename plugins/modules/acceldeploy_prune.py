@@ -1,6 +1,6 @@
 #!/usr/bin/python
 """Remove old directories beside the current ones, except what is in use or kept by count
-(tools/acceldeploy/prune.py decides)."""
+(tools/acceldeploy/state/prune.py decides)."""
 
 from __future__ import annotations
 

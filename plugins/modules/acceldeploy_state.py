@@ -1,6 +1,6 @@
 #!/usr/bin/python
 """The fast no-op path's one call per role and host: compare the host with what the role's
-last converge recorded, or record it (tools/acceldeploy/drift.py decides)."""
+last converge recorded, or record it (tools/acceldeploy/state/drift.py decides)."""
 
 from __future__ import annotations
 

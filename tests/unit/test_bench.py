@@ -1,6 +1,6 @@
 """tools/bench.py's parts that decide: profiles and their errors, the SLA search, the leak
 verdict, metrics parsing (on a recorded real vLLM 0.12 /metrics), the images dataset,
-baselines and outliers. The lab test (tests/lab/test_bench_lab.py) runs it for real."""
+baselines and outliers. The lab test (tests/lab/test_site_bench.py) runs it for real."""
 
 from __future__ import annotations
 
