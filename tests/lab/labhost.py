@@ -50,6 +50,17 @@ def lab_cli(*args: str, timeout: float = 900) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+def verify_report(inventory: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    """tools/verify.py --json on an inventory: its exit code (0 pass, 1 a check failed) and
+    its report."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/verify.py"), "-i", str(inventory), "--json",
+         "--timeout", "60", *args], capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
 def launch_of(host: str, inventory: Path = INVENTORY) -> Launch:
     (service,) = host_launches(host_vars(str(inventory), host))
     return service

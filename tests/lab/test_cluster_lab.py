@@ -11,13 +11,11 @@ it fails the day vLLM's CPU build does run stages over Ray and the README must c
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
 from ansible_run import run_playbook
-from labhost import ROOT, on_host
+from labhost import ROOT, on_host, verify_report
 from vllm_client import chat, wait_healthy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -34,12 +32,7 @@ RAY_STATUS = (
 
 
 def verify() -> tuple[int, dict]:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools/verify.py"), "-i", str(INVENTORY), "--json",
-         "--timeout", "60"], capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    return verify_report(INVENTORY)
 
 
 def alive_nodes() -> list[str]:

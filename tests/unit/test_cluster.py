@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from unit_files import analyze_units
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import hosts_vars
@@ -55,7 +56,7 @@ def spec(**changes):
         ({"devices": [0, 1, 2, 3]}, "list 8 device(s) per node"),
         ({"network_interface": "eth0; rm"}, "network_interface must be a network interface"),
         ({"cluster_port": 0}, "cluster_port must be an integer between 1 and 65534"),
-        ({"extra_args": {"distributed-executor-backend": "mp"}}, "set its nodes"),
+        ({"extra_args": {"distributed-executor-backend": "mp"}}, "set its backend"),
         ({"extra_args": {"pp": 2}}, "set its pipeline_parallel_size"),
     ],
 )
@@ -202,26 +203,8 @@ def test_rendered_group_units_pass_systemd_analyze_verify(host, tmp_path):
     options = UnitOptions(launcher_dir=str(tmp_path))
     plan = hostplan.HostPlan(plan.platform, plan.services, plan.context, options)
     units = [*plan.units(), *plan.node_units()]
-    for helper in ("vllm-ready", "vllm-drain", "ray-wait"):
-        (tmp_path / helper).write_text("#!/bin/sh\n")
-        os.chmod(tmp_path / helper, 0o755)
-    for unit in units:
-        for path, text in render_files(unit).items():
-            target = tmp_path / Path(path).name
-            target.write_text(text)
-            os.chmod(target, 0o755 if path.endswith(".launch") else 0o644)
     # the env's python (ray-wait's interpreter) is not on this machine: verify the rest
-    for unit in units:
-        unit_file = tmp_path / Path(unit.unit_path).name
-        text = unit_file.read_text()
-        unit_file.write_text(
-            "\n".join(line for line in text.splitlines() if not line.startswith("ExecStartPre="))
-            + "\n"
-        )
-        proc = subprocess.run(["systemd-analyze", "verify", str(unit_file)],
-                              capture_output=True, text=True, check=False)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        assert unit.name not in proc.stderr, proc.stderr
+    analyze_units(units, tmp_path, ("vllm-ready", "vllm-drain", "ray-wait"), drop=["ExecStartPre"])
     assert {u.name for u in units} == ({"deepseek-r1", "ray-deepseek-r1"} if host == "npu-01"
                                        else {"ray-deepseek-r1"})  # fmt: skip
     assert get_platform("ascend").ray_resource == "NPU"
@@ -335,7 +318,7 @@ def test_two_nodes_on_one_address_are_refused_naming_the_variable():
     service = parse_service({"name": "big", "model": "org/m", "nodes": ["a", "b"],
                              "pipeline_parallel_size": 2}, "cpu", 0)  # fmt: skip
     with pytest.raises(AcceldeployError, match=r"nodes a and b have the same address 127\.0\.0\.1; "
-                       r"Ray tells nodes apart by address: set acceldeploy_node_ip"):  # fmt: skip
+                       r"the nodes tell each other apart by address: set acceldeploy_node_ip"):  # fmt: skip
         cluster.place(service, "a", {"a": "127.0.0.1", "b": "127.0.0.1"})
     assert cluster.place(service, "b", {"a": "127.0.0.11", "b": "127.0.0.12"}).head_address == (
         "127.0.0.11:6379"

@@ -21,7 +21,7 @@ from acceldeploy.planner.kvplan import (
 )
 from acceldeploy.planner.modelconfig import ModelArch, load_model_arch
 from acceldeploy.planner.platforms import get_platform, platform_names
-from acceldeploy.serving.hostplan import host_launches, host_plan, with_node_ips
+from acceldeploy.serving.hostplan import host_plan, with_node_ips
 
 
 def _arch(args: argparse.Namespace) -> ModelArch:
@@ -149,34 +149,45 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _host_vars(inventory: str, host: str) -> dict[str, Any]:
-    """The host's variables, with the addresses of the nodes its multi-node services name."""
+def _hosts_vars(inventory: str, host: str | None) -> dict[str, dict[str, Any]]:
+    """{host: its variables} of one host, or of every serving host (host None: not the
+    gateways and monitors), with the addresses of the nodes their multi-node services name."""
+    from acceldeploy.inventory import groups
     from acceldeploy.inventory.hostvars import hosts_vars
 
-    every = hosts_vars(inventory)
+    every = with_node_ips(hosts_vars(inventory))
+    if host is None:
+        return {h: hv for h, hv in every.items() if groups.serves(hv)}
     if host not in every:
         raise AcceldeployError(f"host {host} is not in {inventory}")
-    return with_node_ips(every)[host]
+    return {host: every[host]}
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     if args.unit:
-        return _print_units(_host_vars(args.inventory, args.host), args.service)
-    launches = host_launches(_host_vars(args.inventory, args.host))
-    if args.service:
-        launches = [x for x in launches if x.name == args.service]
-        if not launches:
-            raise AcceldeployError(f"host {args.host} has no service {args.service}")
+        if not args.host:
+            raise AcceldeployError("plan render --unit prints one host's units: give --host")
+        return _print_units(_hosts_vars(args.inventory, args.host)[args.host], args.service)
+    rendered: list[tuple[str, dict[str, Any]]] = []
+    for host, hostvars in _hosts_vars(args.inventory, args.host).items():
+        plan = host_plan(hostvars)
+        launches = [x.to_dict() for x in plan.launches()] + [u.launch for u in plan.node_units()]
+        rendered += [(host, x) for x in launches if args.service in (None, x["name"])]
+    if args.service and not rendered:
+        raise AcceldeployError(
+            f"no service or node unit {args.service} on {args.host or 'any host'}"
+        )
     if args.json:
-        print(json.dumps([x.to_dict() for x in launches], indent=2))
+        listed = [x if args.host else {"inventory_hostname": h, **x} for h, x in rendered]
+        print(json.dumps(listed, indent=2))
         return 0
-    for x in launches:
-        print(f"# {x.name} on {args.host} ({x.platform}); KV: {x.kv}")
-        for key, value in x.env.items():
+    for host, x in rendered:
+        print(f"# {x['name']} on {host} ({x['platform']}); KV: {x['kv']}")
+        for key, value in x["env"].items():
             print(f"{key}={value}")
-        for key in x.secret_env:
+        for key in x["secret_env"]:
             print(f"{key}=<secret, from the service's 0600 EnvironmentFile>")
-        print(x.command_line())
+        print(x["command_line"])
     return 0
 
 
@@ -332,7 +343,7 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
             help="the exact vllm serve argv and env of a host",
         )
     )
-    render.add_argument("--host", required=True)
+    render.add_argument("--host", help="one host (default: every host of the inventory)")
     render.add_argument("--service")
     render.add_argument(
         "--unit", action="store_true", help="print the systemd unit and launcher instead"

@@ -109,7 +109,8 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
             labels = (("host", host), ("service", service.name), ("platform", platform))
             if service.nodes:
                 node = (("host", host), ("service", service.name))
-                found.append(Target("ray", here, metrics_port(service), node))
+                if not service.data_parallel:  # each node's Ray exports its metrics
+                    found.append(Target("ray", here, metrics_port(service), node))
                 if service.nodes[0] != host:
                     continue  # a worker node: its head answers the API
             reach = reached_by(service, host, here, monitors.values(), "monitor")
@@ -156,9 +157,10 @@ def _taken(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> list[
         if head:
             taken.append((s.port, f"the port of service {s.name} ({s.where}.port)"))
         if s.nodes and head:
-            taken.append((s.cluster_port, f"the Ray port of service {s.name} "
+            what = "data-parallel RPC" if s.data_parallel else "Ray"
+            taken.append((s.cluster_port, f"the {what} port of service {s.name} "
                                           f"({s.where}.cluster_port)"))  # fmt: skip
-        if s.nodes:
+        if s.nodes and not s.data_parallel:
             taken.append((metrics_port(s), f"the Ray metrics port of service {s.name} "
                                            f"({s.where}.cluster_port + 1)"))  # fmt: skip
     if groups.in_group(hostvars, groups.GATEWAYS):
@@ -245,11 +247,12 @@ def host_view(hostvars: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def host_units(host: str, hostvars: Mapping[str, Any]) -> list[str]:
-    """This host's units that run vLLM: each service's (a worker node's Ray node unit)."""
+    """This host's units that run vLLM: each service's, and its node unit of a multi-node
+    service (Ray's node, or a headless data-parallel rank)."""
     units = []
     for service in _services(host, hostvars):
-        if service.nodes:
-            units.append(f"{cluster.ray_unit_name(service)}.service")
+        if cluster.runs_node_unit(service, host):
+            units.append(f"{cluster.node_unit_name(service)}.service")
         if not service.nodes or service.nodes[0] == host:
             units.append(f"{service.name}.service")
     return units

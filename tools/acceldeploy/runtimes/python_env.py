@@ -516,8 +516,8 @@ def _plan(
         # Siblings of the staging directory, for the role to find and prune old builds.
         "staging_pattern": f"{env.rstrip('/').rsplit('/', 1)[-1]}-{'?' * STAGING_KEY_CHARS}",
         "python_version": identity["python"],
-        # What preflight checks python_env_venv_python against (tools/acceldeploy/inventory/targets.py), before
-        # any install.
+        # What preflight checks python_env_venv_python against
+        # (tools/acceldeploy/inventory/targets.py), before any install.
         "requires_python": str(entry.get("requires_python") or f"=={identity['python']}.*"),
         "requires_python_why": str(entry.get("requires_python_why") or ""),
         "creator": str(build.steps[0]["argv"][0]) if manager == "venv" else "",

@@ -1,11 +1,20 @@
 """A service that spans hosts: the group's nodes, their addresses and each node's part.
 
-A service with `nodes: [a, b, ...]` runs one Ray cluster over those inventory hosts (vLLM's
-own multi-node engine): every node runs the Ray node unit `ray-<service>` (`ray start --head`
-on the first node, `ray start --address=<head>:<cluster_port>` on the others) and the head
-runs vLLM with `--distributed-executor-backend ray`, its TP x PP ranks spread evenly over the
-nodes. Ray workers inherit their node's environment, so the platform's variables, the devices
-and the network variables (`node_env`) are set on every node's Ray unit, before `ray start`.
+A service with `nodes: [a, b, ...]` runs over those inventory hosts in one of two ways
+(`backend`):
+
+- ray (the default): one Ray cluster over the nodes. Every node runs the Ray node unit
+  `ray-<service>` (`ray start --head` on the first node, `ray start --address=<head>:
+  <cluster_port>` on the others) and the head runs vLLM with `--distributed-executor-backend
+  ray`, its TP x PP ranks spread evenly over the nodes. Ray workers inherit their node's
+  environment, so the platform's variables, the devices and the network variables
+  (`node_env`) are set on every node's Ray unit, before `ray start`.
+- mp: data parallel across the nodes on vLLM's own multiprocessing, upstream's multi-node
+  recipe (vllm-ascend's tutorials): each node runs one whole replica (TP x PP over its own
+  devices); the head runs the API server with `--data-parallel-size <nodes>
+  --data-parallel-size-local 1 --data-parallel-address <head> --data-parallel-rpc-port
+  <cluster_port>`, every other node the unit `dp-<service>`, the same engine with
+  `--headless --data-parallel-start-rank <its place in nodes>` (dpnode.py).
 
 `check_groups` is the preflight over the whole inventory: every node is in it, defines the
 same service, and agrees with the others on platform, stack, model, layout and device count;
@@ -27,9 +36,10 @@ from acceldeploy.serving.service import Service
 
 NODE_IP_VAR = "acceldeploy_node_ip"
 RAY_UNIT_PREFIX = "ray-"
+DP_UNIT_PREFIX = "dp-"
 # What the nodes of one group must agree on, as Service attributes.
-SHARED = ("nodes", "model", "revision", "tensor_parallel_size", "pipeline_parallel_size",
-          "cluster_port", "port")  # fmt: skip
+SHARED = ("nodes", "backend", "model", "revision", "tensor_parallel_size",
+          "pipeline_parallel_size", "cluster_port", "port")  # fmt: skip
 
 
 def node_ip(hostvars: Mapping[str, Any], host: str) -> str:
@@ -47,6 +57,20 @@ def node_ip(hostvars: Mapping[str, Any], host: str) -> str:
 
 def ray_unit_name(service: Service) -> str:
     return f"{RAY_UNIT_PREFIX}{service.name}"
+
+
+def node_unit_name(service: Service) -> str:
+    """The unit a node of a group runs besides the head's vLLM: its Ray node (ray), its
+    headless data-parallel rank (mp)."""
+    prefix = DP_UNIT_PREFIX if service.data_parallel else RAY_UNIT_PREFIX
+    return f"{prefix}{service.name}"
+
+
+def runs_node_unit(service: Service, host: str) -> bool:
+    """Whether `host`, defining the service, runs its node unit: every node (ray), every node
+    but the head, whose own vLLM unit is its rank 0 (mp). A host outside the service's nodes
+    is refused when its unit is planned (place)."""
+    return bool(service.nodes) and not (service.data_parallel and service.nodes[0] == host)
 
 
 @dataclass(frozen=True)
@@ -70,9 +94,12 @@ class Place:
         return self.ips[self.host]
 
     @property
+    def head_ip(self) -> str:
+        return self.ips[self.service.nodes[0]]
+
+    @property
     def head_address(self) -> str:
-        head = self.ips[self.service.nodes[0]]
-        return f"{_url_ip(head)}:{self.service.cluster_port}"
+        return f"{_url_ip(self.head_ip)}:{self.service.cluster_port}"
 
 
 def _url_ip(ip: str) -> str:
@@ -96,8 +123,8 @@ def place(service: Service, host: str, ips: Mapping[str, str]) -> Place:
         if ips[node] in seen:
             raise AcceldeployError(
                 f"{service.where}: nodes {seen[ips[node]]} and {node} have the same address "
-                f"{ips[node]}; Ray tells nodes apart by address: set {NODE_IP_VAR} on each to "
-                "its own address on the network the nodes share"
+                f"{ips[node]}; the nodes tell each other apart by address: set {NODE_IP_VAR} on "
+                "each to its own address on the network the nodes share"
             )
         seen[ips[node]] = node
     return Place(service, host, {n: ips[n] for n in service.nodes})

@@ -20,7 +20,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.roledefaults import value
 from acceldeploy.planner.engineopts import platform_engine
 from acceldeploy.planner.platforms import Platform, get_platform
-from acceldeploy.serving import cluster, raynode
+from acceldeploy.serving import cluster, dpnode, raynode
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import HostContext, Launch, render_service
 from acceldeploy.serving.service import Service, check_engine_values, parse_services
@@ -61,11 +61,14 @@ class HostPlan:
         ]
 
     def node_units(self) -> list[ServiceUnit]:
-        """The Ray node unit of every multi-node service this host is a node of."""
+        """The node unit of every multi-node service this host is a node of: its Ray node
+        (ray), its headless data-parallel rank (mp, every node but the head)."""
         return [
-            raynode.build_node(s, self.platform, self.context, self.unit_options)
+            (dpnode if s.data_parallel else raynode).build_node(
+                s, self.platform, self.context, self.unit_options
+            )
             for s in self.services
-            if s.nodes
+            if cluster.runs_node_unit(s, self.context.host)
         ]
 
     def units(self) -> list[ServiceUnit]:
@@ -157,7 +160,7 @@ def group_errors(views: Mapping[str, Mapping[str, Any]], pins: Mapping[str, str]
 
 
 def plan_host(hostvars: Mapping[str, Any]) -> list[ServiceUnit]:
-    """Every unit the role installs on one host, from its variables: the Ray node units of the
+    """Every unit the role installs on one host, from its variables: the node units of the
     multi-node services it is a node of (started first), then the vLLM services it runs."""
     plan = host_plan(hostvars)
     return [*plan.node_units(), *plan.units()]

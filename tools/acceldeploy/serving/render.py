@@ -177,7 +177,32 @@ def cli_args(options: dict[str, Any]) -> list[str]:
     return args
 
 
-def engine_options(service: Service, platform: Platform, length: int) -> dict[str, Any]:
+# Flags only the head's API server takes: vLLM refuses them on a headless rank
+# (vllm/entrypoints/cli/serve.py run_headless: "api_server_count can't be set in headless mode").
+HEAD_ONLY = ("api-server-count",)
+
+
+def group_options(service: Service, place: cluster.Place | None) -> dict[str, Any]:
+    """A multi-node service's flags on this node: Ray's executor on the head (ray); the data
+    parallel group over the nodes, a headless rank on every node but the head (mp)."""
+    if place is None:
+        return {}
+    if not service.data_parallel:
+        return {"distributed-executor-backend": "ray"}
+    options: dict[str, Any] = {
+        "data-parallel-size": len(service.nodes),
+        "data-parallel-size-local": 1,
+        "data-parallel-address": place.head_ip,
+        "data-parallel-rpc-port": service.cluster_port,
+    }
+    if not place.is_head:
+        options.update({"headless": True, "data-parallel-start-rank": place.rank})
+    return options
+
+
+def engine_options(
+    service: Service, platform: Platform, length: int, place: cluster.Place | None = None
+) -> dict[str, Any]:
     """The vLLM flags the toolkit owns, the platform's defaults, then the service's extras."""
     options: dict[str, Any] = {
         "served-model-name": service.name,
@@ -188,8 +213,7 @@ def engine_options(service: Service, platform: Platform, length: int) -> dict[st
     }
     if service.pipeline_parallel_size > 1:
         options["pipeline-parallel-size"] = service.pipeline_parallel_size
-    if service.nodes:
-        options["distributed-executor-backend"] = "ray"
+    options.update(group_options(service, place))
     if platform.device_memory_bytes is not None:
         options["gpu-memory-utilization"] = service.gpu_memory_utilization
     if service.block_size is not None:
@@ -202,6 +226,9 @@ def engine_options(service: Service, platform: Platform, length: int) -> dict[st
     engine = engineopts.platform_engine(platform)
     engine.check(service.extra_args, f"{service.where}.extra_args")
     options.update(service.extra_args)
+    if place is not None and service.data_parallel and not place.is_head:
+        for flag in HEAD_ONLY:
+            options.pop(flag, None)
     return options
 
 
@@ -225,7 +252,8 @@ def node_place(service: Service, context: HostContext) -> cluster.Place:
 def render_service(service: Service, platform: Platform, context: HostContext) -> Launch:
     env = service_env(service, platform, context)
     place = node_place(service, context) if service.nodes else None
-    if place:
+    ray = place is not None and not service.data_parallel
+    if ray and place:
         env["RAY_ADDRESS"] = place.head_address
 
     arch = model_arch(service)
@@ -240,7 +268,7 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
     )
     available = available_kv_bytes(service, platform, env)
     length = resolve_max_model_len(service, arch, layout, available)
-    options = engine_options(service, platform, length)
+    options = engine_options(service, platform, length, place)
     launcher = launcher_for(platform)
     defaults, tuned = launcher.tuning(
         service, length, block, options, context.gaudi_shapes.get(service.name),
@@ -274,6 +302,6 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
         max_model_len=length,
         kv=kv,
         nodes={n: place.ips[n] for n in service.nodes} if place else {},
-        ray_unit=cluster.ray_unit_name(service) if place else None,
+        ray_unit=cluster.ray_unit_name(service) if ray else None,
         cluster_address=place.head_address if place else None,
     )

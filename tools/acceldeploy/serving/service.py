@@ -44,7 +44,13 @@ OWNED_OPTIONS = {
     "tp": "tensor_parallel_size",
     "pipeline-parallel-size": "pipeline_parallel_size",
     "pp": "pipeline_parallel_size",
-    "distributed-executor-backend": "nodes (a service that spans hosts runs on Ray)",
+    "distributed-executor-backend": "backend (a service that spans hosts: ray or mp)",
+    "data-parallel-size": "nodes (backend mp: one data-parallel rank per node)",
+    "data-parallel-size-local": "nodes (backend mp: one data-parallel rank per node)",
+    "data-parallel-address": "nodes (backend mp: the head's address, acceldeploy_node_ip)",
+    "data-parallel-rpc-port": "cluster_port (backend mp: the head's data-parallel RPC port)",
+    "data-parallel-start-rank": "nodes (backend mp: a node's rank is its place in nodes)",
+    "headless": "nodes (backend mp: every node but the head runs headless)",
     "max-model-len": "max_model_len",
     "gpu-memory-utilization": "gpu_memory_utilization",
     "block-size": "block_size",
@@ -72,7 +78,8 @@ DEFAULTS: dict[str, Any] = {
     "tensor_parallel_size": None,
     "pipeline_parallel_size": 1,
     "nodes": None,
-    "cluster_port": 6379,
+    "backend": None,
+    "cluster_port": None,
     "network_interface": None,
     "port": 8000,
     "host": "127.0.0.1",
@@ -90,6 +97,12 @@ DEFAULTS: dict[str, Any] = {
     "allow_unauthenticated_public_bind": False,
 }
 MEMORY_KEYS = ("weights_gib", "activation_gib", "non_torch_gib")
+# How a service over nodes runs (backend): Ray's executor, or vLLM's own multiprocessing with
+# data parallel across the nodes (vllm-ascend's multi-node tutorials). The port the nodes dial
+# on the head when cluster_port is unset: Ray's GCS; the DP RPC port those tutorials use.
+RAY, MP = "ray", "mp"
+BACKENDS = (RAY, MP)
+CLUSTER_PORTS = {RAY: 6379, MP: 13389}
 # Every key of a service: (type, meaning). The parser accepts exactly these, and the inventory
 # reference (docs/reference/inventory.md) is generated from them (docsgen/roledocs.py).
 KEYS: dict[str, tuple[str, str]] = {
@@ -105,9 +118,13 @@ KEYS: dict[str, tuple[str, str]] = {
     "tensor_parallel_size": ("int", "TP ranks; worked out from devices (and nodes) when unset."),
     "pipeline_parallel_size": ("int", "PP stages (a multi-node service's nodes)."),
     "nodes": ("list of str", "Inventory hostnames of a service over several hosts; the first "
-              "is the Ray head and serves the API."),
-    "cluster_port": ("int", "The Ray head's port (a multi-node service), Ray's metrics on the "
-                     "next one; not a service port."),
+              "is the head and serves the API."),
+    "backend": ("ray or mp", "How a service over nodes runs: ray (default; vLLM's Ray executor, "
+                "TP x PP spread over the nodes) or mp (data parallel across the nodes, one "
+                "full replica per node, the others headless; upstream's multi-node recipe)."),
+    "cluster_port": ("int", "The head's port the nodes dial: Ray's (ray, default 6379; Ray's "
+                     "metrics on the next one) or vLLM's data-parallel RPC (mp, default "
+                     "13389); not a service port."),
     "network_interface": ("str", "The NIC the collectives use on every node (GLOO / HCCL "
                           "interface variables)."),
     "port": ("int", "The API port."),
@@ -156,11 +173,18 @@ class Service:
     where: str = ""  # how messages name it: acceldeploy_services[i] (name)
     catalog_entry: catalog.CatalogEntry | None = field(default=None, compare=False)
     pipeline_parallel_size: int = 1
-    # A service that spans hosts: its nodes (inventory hostnames, the first is the Ray head),
-    # the head's Ray port and the NIC the collectives use (cluster.py).
+    # A service that spans hosts: its nodes (inventory hostnames, the first is the head), how
+    # it runs over them (ray or mp), the head's port the nodes dial and the NIC the
+    # collectives use (cluster.py).
     nodes: tuple[str, ...] = ()
     cluster_port: int = 6379
     network_interface: str | None = None
+    backend: str = ""
+
+    @property
+    def data_parallel(self) -> bool:
+        """Data parallel across its nodes (backend mp): each node runs a whole replica."""
+        return self.backend == MP
 
     @property
     def model(self) -> str:
@@ -185,6 +209,7 @@ class Service:
 
     @property
     def ranks(self) -> int:
+        """The ranks of one replica (TP x PP): over every node (ray), on each node (mp)."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
@@ -267,11 +292,32 @@ def _nodes(merged: dict[str, Any], var: str) -> tuple[str, ...]:
     return tuple(nodes)
 
 
+def _backend(merged: dict[str, Any], nodes: tuple[str, ...], var: str) -> str:
+    """ray or mp for a service over nodes (ray unless it says mp: no unit changes under a
+    service that said nothing), "" for one on one host."""
+    backend = merged["backend"]
+    if not nodes:
+        if backend is not None:
+            raise AcceldeployError(
+                f"{var}.backend is for a service over several hosts (nodes); drop it, or list "
+                "the hosts in nodes"
+            )
+        return ""
+    if backend is None:
+        return RAY
+    if backend not in BACKENDS:
+        raise AcceldeployError(
+            f"{var}.backend must be one of {', '.join(BACKENDS)}, got {backend!r}"
+        )
+    return str(backend)
+
+
 def _layout(
     merged: dict[str, Any], devices: list[int], nodes: tuple[str, ...], var: str
 ) -> tuple[int, int]:
     """(tensor_parallel_size, pipeline_parallel_size): TP x PP ranks, the same number on every
-    node, one per listed device."""
+    node, one per listed device. `nodes`: the nodes one replica spans (none for mp, whose
+    replica is one node's)."""
     pp = _int(merged["pipeline_parallel_size"], f"{var}.pipeline_parallel_size", 1, 64)
     count, per_node = len(nodes) or 1, max(len(devices), 1)
     tp = merged["tensor_parallel_size"]
@@ -303,16 +349,24 @@ def _layout(
     return tp, pp
 
 
-def _cluster(merged: dict[str, Any], var: str) -> tuple[int, str | None]:
-    port = _int(merged["cluster_port"], f"{var}.cluster_port", 1, 65534)
+def _cluster(merged: dict[str, Any], backend: str, var: str) -> tuple[int, str | None]:
+    given = merged["cluster_port"]
+    port = _int(CLUSTER_PORTS[backend or RAY] if given is None else given,
+                f"{var}.cluster_port", 1, 65534)  # fmt: skip
+    if backend == MP and merged["port"] == port:
+        raise AcceldeployError(
+            f"{var}.cluster_port {port} is also its port: the head's vLLM listens for its "
+            "data-parallel ranks on cluster_port and for clients on port; give cluster_port "
+            f"another port (default {CLUSTER_PORTS[MP]})"
+        )
     # Ray's metrics listen on the port after it (raynode.metrics_port).
-    if merged["nodes"] and merged["port"] in (port, port + 1):
+    if backend == RAY and merged["port"] in (port, port + 1):
         clash = "is also its port" if merged["port"] == port else (
             f"puts Ray's metrics on {port + 1}, its port")  # fmt: skip
         raise AcceldeployError(
             f"{var}.cluster_port {port} {clash}: the head's Ray (GCS) listens on cluster_port, "
             "each node's Ray metrics on the next port, vLLM's API on its port; give "
-            f"cluster_port another port (default {DEFAULTS['cluster_port']})"
+            f"cluster_port another port (default {CLUSTER_PORTS[RAY]})"
         )
     nic = merged["network_interface"]
     if nic is not None and (not isinstance(nic, str) or not IFNAME_RE.fullmatch(nic)):
@@ -463,8 +517,9 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
     merged = _merge(spec, entry.tuned(platform) if entry else {}, var)
     ref = parse_model_ref(merged, var)
     devices, nodes = _devices(merged, platform, var), _nodes(merged, var)
-    tp, pp = _layout(merged, devices, nodes, var)
-    cluster_port, nic = _cluster(merged, var)
+    backend = _backend(merged, nodes, var)
+    tp, pp = _layout(merged, devices, () if backend == MP else nodes, var)
+    cluster_port, nic = _cluster(merged, backend, var)
     max_len = merged["max_model_len"]
     if max_len != "auto":
         max_len = _int(max_len, f"{var}.max_model_len (or 'auto')", 1)
@@ -497,6 +552,7 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
         nodes=nodes,
         cluster_port=cluster_port,
         network_interface=nic,
+        backend=backend,
     )
 
 
@@ -525,7 +581,7 @@ def parse_services(raw: Any, platform: str) -> list[Service]:
         if other.port == s.cluster_port:
             raise AcceldeployError(
                 f"{s.where}.cluster_port {s.cluster_port} is also the port of service "
-                f"{other.name} ({other.where}.port) on this host: the head's Ray would listen "
+                f"{other.name} ({other.where}.port) on this host: the head would listen "
                 "on it too; give each its own"
             )
     return services

@@ -1,0 +1,43 @@
+"""The headless rank of a data-parallel service (backend mp): `dp-<service>` on every node of the
+group but the head.
+
+It runs the same engine as the head, with `--headless --data-parallel-start-rank <rank>`: no
+API server, so no /health, no readiness probe and no drain of its own. Its engine dials the
+head's data-parallel RPC port at start and waits there for the head (vLLM's handshake), so it
+may start before or after the head; the head's API server answers /health only once every rank
+has joined, which is the group's readiness gate (the head's unit, unit.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner.platforms import Platform
+from acceldeploy.serving import cluster, render
+from acceldeploy.serving.render import HostContext
+from acceldeploy.serving.service import Service
+from acceldeploy.serving.unit import ServiceUnit, UnitOptions, build
+
+
+def build_node(
+    service: Service, platform: Platform, context: HostContext, options: UnitOptions | None = None
+) -> ServiceUnit:
+    if not service.data_parallel or not cluster.runs_node_unit(service, context.host):
+        raise AcceldeployError(
+            f"{service.where}: only a node of a backend mp service other than its head "
+            f"({service.nodes[0] if service.nodes else 'none'}) runs a headless rank"
+        )
+    where = render.node_place(service, context)
+    name = cluster.node_unit_name(service)
+    served = render.render_service(service, platform, context)
+    launch = dataclasses.replace(served, name=name, secret_env=[])
+    unit = build(launch, platform, context.models_root, options)
+    directives = {
+        **unit.directives,
+        "description": f"vLLM {service.name}: data-parallel rank {where.rank} (headless) of the "
+        f"group headed by {service.nodes[0]} ({where.head_address})",
+        "exec_start_post": [],  # no API server: nothing to probe
+        "exec_stop": [],  # nothing to drain: the head's API server holds the requests
+    }
+    return dataclasses.replace(unit, directives=directives, health_url="", base_url="")
