@@ -134,7 +134,9 @@ def test_0_12_to_0_32_and_back_and_forth_behind_the_gateway(fleet: None, tmp_pat
                             *LAB_TOLERANCE, out=tmp_path / "bench-0.32", inventory=new)  # fmt: skip
     print(output[-2500:], flush=True)
     assert code in (0, 1), output[-3000:]  # compared: the same or regressed, said per figure
-    assert "baseline" in output.lower(), output[-2000:]
+    assert f"against {baseline}" in output, output[-2000:]
+    for host in SERVING:  # a verdict for each figure of each host
+        assert f"{host}/qwen3-vl: request_throughput" in output, output[-2000:]
 
     back, _, _ = move(stack_inventory(tmp_path / "old", OLD), "0.32.0 -> 0.12.0 (the kept build)")
     assert built_anything(back) == [], built_anything(back)
