@@ -159,3 +159,13 @@ def test_the_lab_inventory_is_a_two_node_mp_group() -> None:
 
     (service,) = yaml.safe_load(LAB.read_text())["acceldeploy_services"]
     assert service["backend"] == "mp" and service["nodes"] == ["lab1", "lab2"]
+
+
+def test_the_headless_ranks_launcher_starts_its_watch_before_the_server() -> None:
+    (rank,) = plans()["npu-02"].node_units()
+    launcher = render_files(rank)[rank.launcher_path]
+    watch = "/usr/bin/python3 /usr/local/libexec/acceldeploy/vllm-dp-watch 192.0.2.41 $$ 5 3 &"
+    assert watch in launcher
+    assert launcher.index(watch) < launcher.index("\nexec ")
+    (head,) = plans()["npu-01"].units()
+    assert "vllm-dp-watch" not in render_files(head)[head.launcher_path]

@@ -17,7 +17,12 @@ from acceldeploy.planner.platforms import Platform
 from acceldeploy.serving import cluster, render
 from acceldeploy.serving.render import HostContext
 from acceldeploy.serving.service import Service
-from acceldeploy.serving.unit import ServiceUnit, UnitOptions, build
+from acceldeploy.serving.unit import READY_PYTHON, ServiceUnit, UnitOptions, build
+
+WATCH = "vllm-dp-watch"
+# Seconds between its checks, and checks in a row without a connection to the head: a rank
+# whose head went away is ended within ~15 s.
+WATCH_INTERVAL, WATCH_MISSES = 5, 3
 
 
 def build_node(
@@ -32,7 +37,8 @@ def build_node(
     name = cluster.node_unit_name(service)
     served = render.render_service(service, platform, context)
     launch = dataclasses.replace(served, name=name, secret_env=[])
-    unit = build(launch, platform, context.models_root, options)
+    opts = options or UnitOptions()
+    unit = build(launch, platform, context.models_root, opts)
     directives = {
         **unit.directives,
         "description": f"vLLM {service.name}: data-parallel rank {where.rank} (headless) of the "
@@ -40,4 +46,21 @@ def build_node(
         "exec_start_post": [],  # no API server: nothing to probe
         "exec_stop": [],  # nothing to drain: the head's API server holds the requests
     }
-    return dataclasses.replace(unit, directives=directives, health_url="", base_url="")
+    return dataclasses.replace(
+        unit,
+        directives=directives,
+        health_url="",
+        base_url="",
+        before_exec=watch(where, platform, opts),
+    )
+
+
+def watch(where: cluster.Place, platform: Platform, opts: UnitOptions | None = None) -> list[str]:
+    """The launcher's background watch of the rank (roles/vllm_service/files/vllm-dp-watch):
+    once joined, a rank whose head went away is ended, and systemd starts it again to join the
+    new head. Not in a container (Gaudi): the engine's processes are not the launcher's
+    children there, so the watch could not see them."""
+    if platform.container:
+        return []
+    helper = f"{(opts or UnitOptions()).launcher_dir}/{WATCH}"
+    return [f"{READY_PYTHON} {helper} {where.head_ip} $$ {WATCH_INTERVAL} {WATCH_MISSES} &"]

@@ -156,6 +156,8 @@ class ServiceUnit:
     argcheck: list[str] | None  # argv of the vLLM parser check, None where it cannot run
     argcheck_python: str | None
     launch: dict[str, Any]
+    # Commands the launcher runs before it execs the server (a headless rank's watch, dpnode.py).
+    before_exec: list[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -336,6 +338,7 @@ def launcher_context(unit: ServiceUnit) -> dict[str, Any]:
     lines.append(" ".join(current))
     return {
         "sources": [shlex.quote(s) for s in unit.env_scripts],
+        "before_exec": list(unit.before_exec),
         "exec_lines": lines,
     }
 

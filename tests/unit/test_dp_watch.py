@@ -1,0 +1,79 @@
+"""vllm-dp-watch (roles/vllm_service/files/), the watch a headless data-parallel rank's launcher
+starts: it counts the established TCP connections of a process tree to the head's address,
+read from this machine's real /proc, and ends the rank once they are gone after it joined."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+HELPER = ROOT / "roles/vllm_service/files/vllm-dp-watch"
+HEAD = "127.0.0.31"  # a loopback address of its own, as the lab's nodes have
+
+
+def helper() -> Any:
+    loader = SourceFileLoader("vllm_dp_watch", str(HELPER))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_addresses_read_as_the_kernel_writes_them() -> None:
+    watch = helper()
+    assert watch.remote_address("1F00007F:3421") == HEAD
+    assert watch.remote_address("0000000000000000FFFF00001F00007F:3421") == HEAD  # v4-mapped
+    assert watch.remote_address("00000000000000000000000001000000:0050") == "::1"
+
+
+def test_it_counts_this_process_trees_connections_to_the_head() -> None:
+    watch = helper()
+    with socket.create_server((HEAD, 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        tree = watch.descendants(os.getpid())
+        assert os.getpid() in tree
+        assert watch.established_to(HEAD, watch.socket_inodes(tree)) == 1
+        assert watch.established_to("127.0.0.32", watch.socket_inodes(tree)) == 0
+        client.close()
+        accepted.close()
+    time.sleep(0.1)
+    assert watch.established_to(HEAD, watch.socket_inodes(watch.descendants(os.getpid()))) == 0
+
+
+def test_a_rank_whose_head_went_away_is_ended() -> None:
+    """A stand-in rank (a child holding one connection to the head) under the real helper: the
+    head closes; within its checks the helper sends SIGTERM to the rank."""
+    server = socket.create_server((HEAD, 0))
+    host, port = server.getsockname()
+    rank = subprocess.Popen([sys.executable, "-c", (
+        "import socket, time\n"
+        f"s = socket.create_connection(({host!r}, {port}))\n"
+        "time.sleep(120)\n")])  # fmt: skip
+    accepted, _ = server.accept()
+    watcher = subprocess.Popen(
+        [sys.executable, str(HELPER), HEAD, str(rank.pid), "0.2", "3"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(1.0)
+        assert rank.poll() is None  # joined, the head there: left alone
+        accepted.close()
+        server.close()
+        assert rank.wait(timeout=10) == -signal.SIGTERM
+        _, err = watcher.communicate(timeout=10)
+        assert f"no connection to the head {HEAD} for 3 checks" in err
+    finally:
+        for proc in (rank, watcher):
+            if proc.poll() is None:
+                proc.kill()
