@@ -15,6 +15,7 @@ import dataclasses
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
 from acceldeploy.serving import cluster, render
+from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import HostContext
 from acceldeploy.serving.service import Service
 from acceldeploy.serving.unit import READY_PYTHON, ServiceUnit, UnitOptions, build
@@ -58,9 +59,7 @@ def build_node(
 def watch(where: cluster.Place, platform: Platform, opts: UnitOptions | None = None) -> list[str]:
     """The launcher's background watch of the rank (roles/vllm_service/files/vllm-dp-watch):
     once joined, a rank whose head went away is ended, and systemd starts it again to join the
-    new head. Not in a container (Gaudi): the engine's processes are not the launcher's
-    children there, so the watch could not see them."""
-    if platform.container:
-        return []
+    new head. The launcher decides whether it can watch (launchers.py before_exec)."""
     helper = f"{(opts or UnitOptions()).launcher_dir}/{WATCH}"
-    return [f"{READY_PYTHON} {helper} {where.head_ip} $$ {WATCH_INTERVAL} {WATCH_MISSES} &"]
+    line = f"{READY_PYTHON} {helper} {where.head_ip} $$ {WATCH_INTERVAL} {WATCH_MISSES} &"
+    return launcher_for(platform).before_exec([line])

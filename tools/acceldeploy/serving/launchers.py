@@ -156,6 +156,11 @@ class Launcher(ABC):
         """The unit's ExecStartPre= / ExecStopPost= lines that clear a leftover run."""
         return []
 
+    def before_exec(self, watch: Sequence[str]) -> list[str]:
+        """What the launcher runs before it execs the server: `watch`, a watch of the
+        launcher's own processes (a headless rank's, dpnode.py)."""
+        return list(watch)
+
     @abstractmethod
     def unit_numa(
         self, launch: Launch, topology: Sequence[Mapping[str, Any]]
@@ -297,6 +302,11 @@ class ContainerLauncher(Launcher):
 
     def cleanup(self, name: str) -> list[str]:
         return [f"-/usr/bin/docker rm -f acceldeploy-{name}"]
+
+    def before_exec(self, watch: Sequence[str]) -> list[str]:
+        """Nothing: the engine runs in the container, not as the launcher's child, so a
+        watch of the launcher's processes would never see it."""
+        return []
 
     def unit_numa(
         self, launch: Launch, topology: Sequence[Mapping[str, Any]]
