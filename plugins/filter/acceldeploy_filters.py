@@ -71,6 +71,77 @@ def acceldeploy_rollout(
     )
 
 
+def acceldeploy_gates_for_run(units: Any, hostvars: Any) -> list[dict[str, Any]]:
+    """vllm_service_units | acceldeploy_gates_for_run(hostvars): the readiness gate of each
+    group this host is a node of, marked `restarting` when any node restarts one of the
+    group's units in this run (its vllm_service_restart)."""
+    gates = [u["readiness"] for u in plain(list(units)) if u.get("readiness")]
+    nodes = {node for gate in gates for node in gate["units_by_node"]}
+    restarts = {
+        n: plain(hostvars[n].get("vllm_service_restart") or []) for n in nodes if n in hostvars
+    }
+    return cluster.gates_for_run(gates, restarts)
+
+
+def _looped(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The loop item of one registered loop result (its loop_var)."""
+    return dict(result.get(result.get("ansible_loop_var") or "item") or {})
+
+
+def acceldeploy_gate_pings(results: Any, hostvars: Any, result_var: str) -> list[dict[str, Any]]:
+    """The gate's local results | acceldeploy_gate_pings(hostvars, their variable): for each
+    Ascend gate that ran here, {gate, peer_npus: {peer: {NPU index: address}}}, the addresses
+    read from the peers' results of the same service."""
+    peer_results = {
+        node: _results(hostvars, node, result_var)
+        for result in plain(list(results))
+        for node in _looped(result).get("units_by_node", {})
+    }
+    pings = []
+    for result in plain(list(results)):
+        gate = _looped(result)
+        if not result.get("gated") or not gate.get("npus"):
+            continue
+        peer_npus = {
+            node: other.get("npu_addresses") or {}
+            for node in gate["units_by_node"]
+            if node != gate["host"]
+            for other in peer_results.get(node, [])
+            if _looped(other).get("service") == gate["service"]
+        }
+        pings.append({"gate": gate, "peer_npus": peer_npus})
+    return pings
+
+
+def acceldeploy_gate_refused(results: Any, hostvars: Any, result_vars: list[str]) -> list[str]:
+    """The gate's local results | acceldeploy_gate_refused(hostvars, the gate's variables):
+    the nodes of the groups gated here whose gate failed, read from each node's registered
+    results (a refused node may still be in its rescue while this one goes on)."""
+    gated = [_looped(r) for r in plain(list(results)) if r.get("gated")]
+    refused: list[str] = []
+    for gate in gated:
+        for node in gate["units_by_node"]:
+            for var in result_vars:
+                theirs = _results(hostvars, node, var)
+                if node not in refused and any(
+                    r.get("failed") and _service_of(r) == gate["service"] for r in theirs
+                ):
+                    refused.append(node)
+    return refused
+
+
+def _results(hostvars: Any, node: str, var: str) -> list[dict[str, Any]]:
+    """A node's registered loop results of `var` ([] when it has none)."""
+    if node not in hostvars:
+        return []
+    return list(plain((hostvars[node].get(var) or {}).get("results", [])))
+
+
+def _service_of(result: Mapping[str, Any]) -> str:
+    item = _looped(result)
+    return str(item.get("service") or (item.get("gate") or {}).get("service") or "")
+
+
 def acceldeploy_bounded_names(role: str) -> list[str]:
     """'python_env' | acceldeploy_bounded_names: the role's day-2 numbers (timeouts, retries,
     counts, keep, serial) whose bounds preflight checks (gather them with query('vars'))."""
@@ -178,6 +249,9 @@ class FilterModule:
             acceldeploy_node_view,
             acceldeploy_group_errors,
             acceldeploy_rollout,
+            acceldeploy_gates_for_run,
+            acceldeploy_gate_pings,
+            acceldeploy_gate_refused,
             acceldeploy_bounded_names,
             acceldeploy_number_errors,
             acceldeploy_unknown_variables,

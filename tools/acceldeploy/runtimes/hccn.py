@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from acceldeploy.errors import AcceldeployError
+from ..errors import AcceldeployError
 
 LINK = re.compile(r"^link status: (UP|DOWN)\s*$", re.M)
 HEALTH = re.compile(r"^net health status: (.+?)\s*$", re.M)
@@ -122,14 +122,21 @@ def device_errors(
             f"(hccn_tool -i {d} -ip -g); set one of them to the other (hccn_tool -i {d} -ip -s "
             f"address {wanted['address']} netmask {wanted.get('netmask', mask)})"
         )
-    for peer, output in sorted(report.pings.items()):
+    return errors + ping_errors(host, d, report.pings)
+
+
+def ping_errors(host: str, device: int, pings: Mapping[str, str]) -> list[str]:
+    """Refusals for one device's pings ({peer device address: hccn_tool -ping output})."""
+    errors = []
+    for peer, output in sorted(pings.items()):
         result = ping(output)
         if not result.ok:
             seen = "; ".join(result.failures) or f"{result.received} of {result.sent} received"
             errors.append(
-                f"{where}: cannot reach the peer device address {peer} (hccn_tool -i {d} -ping "
-                f"-g address {peer}: {seen}); check the two devices share a network (routes, "
-                "VLAN, switch) and that TLS is set alike on both (hccn_tool -i N -tls -g)"
+                f"{host}: NPU {device}: cannot reach the peer device address {peer} (hccn_tool "
+                f"-i {device} -ping -g address {peer}: {seen}); check the two devices share a "
+                "network (routes, VLAN, switch) and that TLS is set alike on both (hccn_tool -i "
+                "N -tls -g)"
             )
     return errors
 

@@ -32,6 +32,7 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds
 from acceldeploy.planner.platforms import Platform
+from acceldeploy.serving import readiness
 from acceldeploy.serving.service import Service
 
 NODE_IP_VAR = "acceldeploy_node_ip"
@@ -177,6 +178,69 @@ def check_node_env(service: Service, platform: Platform) -> None:
                 f"the same value, overriding each node's own that the toolkit sets; drop it "
                 f"and set {owner} instead"
             )
+
+
+def units_on(service: Service, host: str) -> list[str]:
+    """The units of a group service on one of its nodes: its node unit, and on the head the
+    vLLM unit."""
+    node = [node_unit_name(service)] if runs_node_unit(service, host) else []
+    return node + ([service.name] if service.nodes[0] == host else [])
+
+
+def gate_spec(where: Place, platform: Platform) -> dict[str, Any]:
+    """What one node checks before its group starts or restarts (readiness.py judges it): its
+    NIC and address, the head's cluster port free on the head and answered from every other
+    node, an ephemeral-range port answered between every pair of nodes, and on Ascend the
+    NPUs in use (hccn_tool)."""
+    service = where.service
+    port_use = (
+        "the head's data-parallel RPC port, --data-parallel-rpc-port"
+        if service.data_parallel
+        else "the head's Ray GCS port, ray start --port"
+    )
+    head = service.nodes[0]
+    dials = [
+        {"peer": peer, "address": where.ips[peer], "port": readiness.EPHEMERAL_PORT,
+         "what": "a port of the ephemeral range, like the ZMQ, gloo and master ports the group "
+         "picks at start"}
+        for peer in service.nodes if peer != where.host
+    ]  # fmt: skip
+    if not where.is_head:
+        dials.insert(
+            0, {"peer": head, "address": where.head_ip, "port": service.cluster_port,
+                "what": port_use},
+        )  # fmt: skip
+    var = f"cluster_port of {service.where}"
+    free = [{"port": service.cluster_port, "what": port_use, "var": var}]
+    return {
+        "service": service.name,
+        "host": where.host,
+        "address": where.ip,
+        "address_var": NODE_IP_VAR,
+        "interface": service.network_interface or "",
+        "owners": units_on(service, where.host),
+        "units_by_node": {node: units_on(service, node) for node in service.nodes},
+        "free_ports": free if where.is_head else [],
+        "dials": dials,
+        "npus": list(service.devices) if platform.name == "ascend" else [],
+    }
+
+
+def gates_for_run(
+    gates: list[Mapping[str, Any]], restarts: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The gates of the groups that will restart in this run: any node restarts one of the
+    group's units (`restarts`: {node: the units it restarts}). Each comes back with
+    `restarting`; a group none of whose nodes restarts is gated only where its units are not
+    running (the module looks)."""
+    due = []
+    for gate in gates:
+        restarting = any(
+            set(restarts.get(node) or []) & set(units)
+            for node, units in gate["units_by_node"].items()
+        )
+        due.append({**gate, "restarting": restarting})
+    return due
 
 
 def _shared(service: Service) -> dict[str, Any]:

@@ -163,7 +163,24 @@ def plan_host(hostvars: Mapping[str, Any]) -> list[ServiceUnit]:
     """Every unit the role installs on one host, from its variables: the node units of the
     multi-node services it is a node of (started first), then the vLLM services it runs."""
     plan = host_plan(hostvars)
-    return [*plan.node_units(), *plan.units()]
+    return with_gates(plan, [*plan.node_units(), *plan.units()])
+
+
+def with_gates(plan: HostPlan, units: list[ServiceUnit]) -> list[ServiceUnit]:
+    """Each group's readiness gate on this node, carried by the group's first unit here."""
+    gated: set[str] = set()
+    out = []
+    for unit in units:
+        service = next(
+            (s for s in plan.services
+             if s.nodes and unit.name in cluster.units_on(s, plan.context.host)), None,
+        )  # fmt: skip
+        if service is not None and service.name not in gated:
+            gated.add(service.name)
+            where = cluster.place(service, plan.context.host, plan.context.node_ips)
+            unit = dataclasses.replace(unit, readiness=cluster.gate_spec(where, plan.platform))
+        out.append(unit)
+    return out
 
 
 def host_launches(hostvars: Mapping[str, Any]) -> list[Launch]:

@@ -158,6 +158,8 @@ class ServiceUnit:
     launch: dict[str, Any]
     # Commands the launcher runs before it execs the server (a headless rank's watch, dpnode.py).
     before_exec: list[str] = dataclasses.field(default_factory=list)
+    # A group's readiness gate on this node (cluster.gate_spec), on the group's first unit here.
+    readiness: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
