@@ -1,7 +1,7 @@
 #!/usr/bin/python
 """The readiness gate of a multi-node group on one node: collect what the host says (its
 interfaces, the listening ports and their units, dials to the peers, each NPU's hccn_tool
-output), and let tools/acceldeploy/serving/readiness.py judge it. Read-only."""
+output), and let tools/acceldeploy/readiness/gate.py judge it. Read-only."""
 
 from __future__ import annotations
 
@@ -69,14 +69,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 # module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
 try:
-    from ansible.module_utils.acceldeploy.runtimes import hccn
-    from ansible.module_utils.acceldeploy.serving import readiness
+    from ansible.module_utils.acceldeploy.readiness import gate as readiness
+    from ansible.module_utils.acceldeploy.readiness import hccn
 except ImportError:
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.runtimes import (
-        hccn,
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
+        gate as readiness,
     )
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.serving import (
-        readiness,
+    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
+        hccn,
     )
 
 HCCN_CONF = "/etc/hccn.conf"

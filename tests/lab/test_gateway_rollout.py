@@ -50,17 +50,19 @@ class Load:
     """Chat completions through the endpoint at `rate` per second (RATE) until stopped: each one's
     send time, latency and outcome (HTTP status, or the error)."""
 
-    def __init__(self, rate: float = RATE) -> None:
-        self.rate = rate
+    def __init__(
+        self, rate: float = RATE, endpoint: str = ENDPOINT, model: str = "qwen3-vl"
+    ) -> None:
+        self.rate, self.endpoint, self.model = rate, endpoint, model
         self.records: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=64)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _one(self, sent: float) -> None:
-        body = {"model": "qwen3-vl", "messages": [{"role": "user", "content": "Hello"}],
+        body = {"model": self.model, "messages": [{"role": "user", "content": "Hello"}],
                 "max_tokens": 8}  # fmt: skip
-        request = urllib.request.Request(ENDPOINT, data=json.dumps(body).encode(),
+        request = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})  # fmt: skip
         outcome: str | int
         try:

@@ -1,4 +1,4 @@
-"""The Ascend part of the multi-node readiness gate (runtimes/hccn.py) on recorded output:
+"""The Ascend part of the multi-node readiness gate (readiness/hccn.py) on recorded output:
 hccn_tool's address and ping and /etc/hccn.conf captured on an 8 x 910B1 host, and the link
 and net-health lines the tool prints (its source's format; tests/data/recorded/SOURCES.md)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.runtimes import hccn
+from acceldeploy.readiness import hccn
 
 RECORDED = Path(__file__).resolve().parents[1] / "data/recorded"
 

@@ -128,7 +128,7 @@ def test_bad_settings_are_named(raw: dict[str, object], says: str) -> None:
 def test_every_alert_has_a_runbook_naming_a_command() -> None:
     document = rules.document(rules.settings({"ttft_slo": {"m": "1s"}}))
     alerts = [r for g in document["groups"] for r in g["rules"] if "alert" in r]
-    assert len(alerts) == 11
+    assert len(alerts) == 12
     for alert in alerts:
         runbook = alert["annotations"]["runbook"]
         assert any(cmd in runbook for cmd in ("acceldeploy ", "ansible-playbook ", "systemctl ",

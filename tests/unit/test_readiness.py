@@ -5,16 +5,20 @@ host reports is judged (readiness.py) on recorded real output: `ip -j addr show`
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import runpy
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from acceldeploy.inventory.hostvars import hosts_vars
-from acceldeploy.serving import cluster, hostplan, readiness
+from acceldeploy.readiness import gate as readiness
+from acceldeploy.serving import cluster, hostplan
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests/data/recorded"
@@ -29,8 +33,18 @@ def recorded(name: str) -> str:
     return (RECORDED / name).read_text().split("\n", 1)[1]
 
 
+def lab_dp() -> dict[str, dict[str, Any]]:
+    """inventory/lab-dp's hosts (its hosts.yml is the running lab's: not there before `make lab`)."""
+    shared = yaml.safe_load((ROOT / LAB_DP / "group_vars/all.yml").read_text())
+    return {
+        host: {**shared, **yaml.safe_load((ROOT / LAB_DP / f"host_vars/{host}.yml").read_text()),
+               "acceldeploy_platform": "cpu", "inventory_hostname": host}
+        for host in ("lab1", "lab2")
+    }  # fmt: skip
+
+
 def gates(inventory: str) -> dict[str, dict[str, Any]]:
-    every = hostplan.with_node_ips(hosts_vars(inventory))
+    every = hostplan.with_node_ips(lab_dp() if inventory == LAB_DP else hosts_vars(inventory))
     found = {}
     for host, hostvars in every.items():
         for unit in hostplan.plan_host(hostvars):
@@ -69,7 +83,7 @@ def test_each_node_of_the_ascend_example_checks_its_nic_the_head_port_and_every_
 def test_the_lab_group_checks_no_npus_and_only_one_unit_per_node_carries_the_gate() -> None:
     found = gates(LAB_DP)
     assert set(found) == {"lab1", "lab2"} and all(g["npus"] == [] for g in found.values())
-    every = hostplan.with_node_ips(hosts_vars(LAB_DP))
+    every = hostplan.with_node_ips(lab_dp())
     assert sum(bool(u.readiness) for u in hostplan.plan_host(every["lab1"])) == 1
 
 
@@ -189,3 +203,21 @@ def test_the_roles_filters_gate_every_node_and_stop_the_group_on_one_refusal() -
     assert filters["acceldeploy_gate_refused"](local["results"], hostvars, names) == []
     theirs["results"][0]["failed"] = True
     assert filters["acceldeploy_gate_refused"](local["results"], hostvars, names) == ["npu-02"]
+
+
+def test_the_host_side_code_imports_only_the_standard_library_and_itself() -> None:
+    """The module ships readiness/ (and errors, secrets) to the hosts as module_utils, where no
+    acceldeploy package is installed: an absolute import of it fails there."""
+    package = ROOT / "tools/acceldeploy"
+    files = [*sorted((package / "readiness").glob("*.py")), package / "errors.py",
+             package / "secrets.py"]  # fmt: skip
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            outside = [n for n in names if n.split(".")[0] not in sys.stdlib_module_names]
+            assert not outside, f"{path.relative_to(ROOT)} imports {outside}"

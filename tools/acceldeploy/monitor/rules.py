@@ -75,6 +75,8 @@ FOR_DEFAULTS = {
     "preemptions": "10m",
     "ttft": "10m",
     "ray_node": "2m",
+    # a rank rejoins within a minute when the group heals by itself (docs/operations/multi-node)
+    "group_node": "2m",
     "scrape": "5m",
     # a second window in a row: one window above the last can be a new, larger working set
     "growth": "30m",
@@ -243,6 +245,13 @@ def document(s: Settings) -> dict[str, Any]:
         _alert("RayNodeMissing", 'up{job="ray"} == 0', f["ray_node"], "critical",
                "Ray on {{ $labels.host }} ({{ $labels.service }}) does not answer",
                f"{verify}; on the host, systemctl status ray-{{{{ $labels.service }}}}"),
+        _alert("DataParallelRankDown",
+               'node_systemd_unit_state{name=~"dp-.+\\\\.service",state="active"} == 0',
+               f["group_node"], "critical",
+               "{{ $labels.name }} on {{ $labels.host }}, a headless rank of a data-parallel "
+               "group, is not running: the group's head fails its requests until it rejoins",
+               "on the host, journalctl -u {{ $labels.name }} -n 50 and the readiness gate: "
+               "`ansible-playbook site.yml -i <inventory> --limit <the group's nodes>`"),
         _alert("ScrapeFailing", 'up{job!~"vllm|ray"} == 0', f["scrape"], "warning",
                "{{ $labels.job }} on {{ $labels.host }} cannot be scraped",
                "on the host, systemctl status of the exporter; "

@@ -32,7 +32,7 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds
 from acceldeploy.planner.platforms import Platform
-from acceldeploy.serving import readiness
+from acceldeploy.readiness import gate as readiness
 from acceldeploy.serving.service import Service
 
 NODE_IP_VAR = "acceldeploy_node_ip"

@@ -1,6 +1,6 @@
 """The readiness gate of a multi-node group: what one node reports before its group starts or
 restarts, judged. Read-only; the module acceldeploy_group_gate collects on the host, the
-controller plans what each node checks (cluster.gate_spec).
+controller plans what each node checks (serving/cluster.py gate_spec).
 
 A node's checks (the spec, plain data):
 - its chosen interface (`network_interface`) exists, is up with a carrier, and carries the
@@ -11,7 +11,7 @@ A node's checks (the spec, plain data):
   range on every peer, since the group also dials ZMQ, gloo and master ports it picks at
   start. A connection or a refusal (RST) is an answer; silence is a firewall's drop;
 - Ascend: each NPU in use reports link UP and net health Success, its address agrees with
-  /etc/hccn.conf, and the peers' NPUs of the same index answer a ping (runtimes/hccn.py).
+  /etc/hccn.conf, and the peers' NPUs of the same index answer a ping (hccn.py).
 
 Host-side code (the module imports it), so only relative imports.
 """
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtimes import hccn
+from . import hccn
 
 # A port of Linux's default ephemeral range (ip_local_port_range 32768-60999): nothing need
 # listen there; a refusal proves the path open as a connection does.
