@@ -1,19 +1,38 @@
 """Data parallel across the two lab hosts (inventory/lab-dp: nodes [lab1, lab2], backend mp),
-with the real vLLM 0.12.0: site.yml starts the head's vLLM (API server and rank 0) on lab1 and
-the headless rank `dp-qwen3-vl-dp` on lab2; requests sent to lab1's API server are served by
-both ranks (the head's /metrics counts each engine's requests: engine 1 is lab2's); a second
-run changes nothing; verify passes.
+with the real vLLM 0.12.0 and a gateway on lab3 (tools/lab.py up --hosts 2 --gateways 1):
+site.yml starts the head's vLLM (API server and rank 0) on lab1 and the headless rank
+`dp-qwen3-vl-dp` on lab2, each only after the group's readiness gate passed on both nodes;
 
-What happens when a rank dies (the group heals as one, the multi-node issue) is not built yet;
-the lab's behaviour is recorded in docs/operations/multi-node.md."""
+- requests sent to lab1's API server are served by both ranks (the head's /metrics counts
+  each engine's requests: engine 1 is lab2's); a second run changes nothing; verify passes;
+- the gate refuses a flag change while lab2 cannot reach the head's RPC port (an nftables
+  drop of new connections to it): the refusal names lab2, the address and the port, before
+  any unit restarted: both units keep their processes and their last good launchers, and the
+  group keeps serving;
+- the kill drill: lab2's rank killed with SIGKILL under a steady load through the gateway;
+  every failed request fails fast (ERROR_BOUND), none hangs, and the group serves again by
+  itself within HEAL_BOUND, both ranks in it.
+
+The drill's figures go to $ACCELDEPLOY_CACHE/logs/dp-kill-drill.json; docs/operations/
+multi-node.md has the measured ones."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible_run import run_playbook
-from labhost import ROOT, on_host, verify_report
+from labhost import ROOT, lab_cli, on_host, verify_report
+from test_gateway_rollout import Load
 from vllm_client import chat
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -22,6 +41,12 @@ INVENTORY = ROOT / "inventory/lab-dp"
 SERVICE = "qwen3-vl-dp"
 RANK = f"dp-{SERVICE}"
 BASE = "http://127.0.0.1:8021"
+ENDPOINT = "http://127.0.0.1:9021/v1/chat/completions"  # lab-dp's gateway_frontends, on lab3
+HEAD_RPC = ("127.0.0.21", 13389)
+ERROR_BOUND = 5.0  # seconds: a request the group cannot serve gets its error within this
+HEAL_BOUND = 180.0  # seconds from the kill until the group serves again by itself
+RATE = 2.0  # chats a second through the gateway during the drill
+RESULTS = Path(os.environ.get("ACCELDEPLOY_CACHE") or "/var/cache/acceldeploy") / "logs"
 SUCCESS = re.compile(r'^vllm:request_success_total\{engine="(\d+)",([^}]*)\} ([0-9.]+)$', re.M)
 
 
@@ -39,9 +64,57 @@ def served_by_engine() -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def deployed() -> None:
-    run = run_playbook("site.yml", INVENTORY, timeout=2400)
-    assert run.ok, run.output[-8000:]
+def deployed() -> Iterator[None]:
+    lab_cli("up", "--hosts", "2", "--gateways", "1")
+    try:
+        run = run_playbook("site.yml", INVENTORY, timeout=2400)
+        assert run.ok, run.output[-8000:]
+        yield
+    finally:
+        lab_cli("down", "--host", "lab3")
+
+
+def main_pid(host: str, unit: str) -> str:
+    return on_host(host, f"systemctl show -p MainPID --value {unit}").strip()
+
+
+def restarts(host: str, unit: str) -> int:
+    return int(on_host(host, f"systemctl show -p NRestarts --value {unit}").strip())
+
+
+def launcher_digest(host: str, unit: str) -> str:
+    """The sha256 of the launcher the unit runs (its ExecStart path)."""
+    path = "$(systemctl show -p ExecStart --value {} | sed -n 's/.*path=\\([^ ;]*\\).*/\\1/p')"
+    return on_host(host, f"sha256sum {path.format(unit)}").split()[0]
+
+
+def group_state() -> dict[str, tuple[str, str]]:
+    return {host: (main_pid(host, unit), launcher_digest(host, unit))
+            for host, unit in (("lab1", SERVICE), ("lab2", RANK))}  # fmt: skip
+
+
+def changed_inventory(tmp: Path, extra_args: dict[str, object]) -> Path:
+    """inventory/lab-dp with the group's service given extra_args."""
+    shutil.copytree(INVENTORY, tmp / "lab-dp", symlinks=False)
+    group_file = tmp / "lab-dp/group_vars/all.yml"
+    group = yaml.safe_load(group_file.read_text())
+    group["acceldeploy_services"][0]["extra_args"] = extra_args
+    group_file.write_text(yaml.safe_dump(group, sort_keys=False))
+    return tmp / "lab-dp"
+
+
+@contextmanager
+def new_connections_dropped(address: str, port: int) -> Iterator[None]:
+    """An nftables drop of new TCP connections to address:port (the lab hosts share this
+    machine's network namespace, so its filter is theirs); established ones go on."""
+    table = "acceldeploy_dp_drill"
+    rules = (f"table inet {table} {{\n chain out {{\n  type filter hook output priority 0;\n"
+             f"  ip daddr {address} tcp dport {port} ct state new counter drop\n }}\n}}\n")  # fmt: skip
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", table], check=True)
 
 
 def test_two_ranks_over_two_hosts_serve_through_the_heads_api(deployed: None) -> None:
@@ -70,3 +143,67 @@ def test_a_rerun_changes_nothing_and_verify_passes(deployed: None) -> None:
     rank = {c["name"]: c["status"] for c in report["checks"]
             if c["host"] == "lab2" and c["service"] == RANK}  # fmt: skip
     assert rank.get("unit") == "pass" and rank.get("journal") == "pass", rank
+
+
+def test_the_gate_refuses_a_worker_that_cannot_reach_the_head_before_any_restart(
+    deployed: None, tmp_path: Path
+) -> None:
+    before = group_state()
+    changed = changed_inventory(tmp_path, {"max-num-seqs": 8})
+    with new_connections_dropped(*HEAD_RPC):
+        run = run_playbook("site.yml", changed, timeout=1800)
+    assert not run.ok
+    address = f"{HEAD_RPC[0]}:{HEAD_RPC[1]}"
+    refusal = f"lab2: cannot reach lab1 at {address} (the head's data-parallel RPC port"
+    assert refusal in run.output and "a firewall drops it" in run.output, run.output[-6000:]
+    assert group_state() == before, "a unit of the group restarted or kept the refused launcher"
+    reply = chat(ENDPOINT.rsplit("/v1/", 1)[0], SERVICE, "still serving?", max_tokens=4)
+    assert reply["choices"][0]["finish_reason"] in ("length", "stop")
+    back = run_playbook("site.yml", INVENTORY, timeout=1800)
+    assert back.ok, back.output[-6000:]
+    assert group_state() == before, "the run after the refusal restarted an unchanged group"
+
+
+def test_a_killed_rank_heals_the_group_by_itself_and_no_client_hangs(deployed: None) -> None:
+    pids, counts = (
+        group_state(),
+        {h: restarts(h, u) for h, u in (("lab1", SERVICE), ("lab2", RANK))},
+    )
+    with Load(RATE, ENDPOINT, SERVICE) as load:
+        time.sleep(10)
+        killed = time.monotonic()
+        on_host("lab2", f"systemctl kill -s KILL {RANK}")
+        deadline, healed = killed + HEAL_BOUND + 60, None
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            after = [r for r in list(load.records) if r["sent"] >= killed]
+            failed_at = max((r["sent"] for r in after if r["outcome"] != 200), default=killed)
+            good = [r for r in after if r["sent"] > failed_at and r["outcome"] == 200]
+            if failed_at > killed and len(good) >= RATE * 15:
+                healed = min(r["sent"] for r in good) - killed
+                break
+    records = load.records
+    steady = [r for r in records if r["sent"] < killed]
+    failed = [r for r in records if r["outcome"] != 200]
+    figures = {
+        "requests": len(records), "steady_failed": sum(r["outcome"] != 200 for r in steady),
+        "failed": len(failed), "healed_s": healed,
+        "slowest_error_s": max((r["latency"] for r in failed), default=0.0),
+        "slowest_answer_s": max(r["latency"] for r in records),
+        "outcomes": sorted({str(r["outcome"]) for r in failed}),
+        "restarts": {h: restarts(h, u) - counts[h] for h, u in (("lab1", SERVICE), ("lab2", RANK))},
+    }  # fmt: skip
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "dp-kill-drill.json").write_text(json.dumps(figures, indent=2))
+    print(f"\n[dp kill drill] {json.dumps(figures)}", flush=True)
+    assert figures["steady_failed"] == 0, figures
+    assert healed is not None and healed < HEAL_BOUND, figures
+    assert figures["slowest_error_s"] < ERROR_BOUND, figures
+    assert figures["slowest_answer_s"] < 60, figures  # answered, never hung
+    assert figures["restarts"]["lab2"] >= 1 and figures["restarts"]["lab1"] >= 1, figures
+    assert group_state()["lab1"][0] != pids["lab1"][0], "the head did not restart with its rank"
+    before = served_by_engine()
+    for n in range(8):
+        chat(BASE, SERVICE, f"Hello again {n}", max_tokens=4)
+    done = {e: v - before.get(e, 0.0) for e, v in served_by_engine().items()}
+    assert done.get("1", 0) > 0, f"lab2's rank does not serve after the drill: {done}"
