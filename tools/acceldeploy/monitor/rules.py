@@ -245,11 +245,11 @@ def document(s: Settings) -> dict[str, Any]:
         _alert("RayNodeMissing", 'up{job="ray"} == 0', f["ray_node"], "critical",
                "Ray on {{ $labels.host }} ({{ $labels.service }}) does not answer",
                f"{verify}; on the host, systemctl status ray-{{{{ $labels.service }}}}"),
-        _alert("DataParallelRankDown",
-               'node_systemd_unit_state{name=~"dp-.+\\\\.service",state="active"} == 0',
+        _alert("HeadlessNodeDown",
+               'node_systemd_unit_state{name=~"(dp|node)-.+\\\\.service",state="active"} == 0',
                f["group_node"], "critical",
-               "{{ $labels.name }} on {{ $labels.host }}, a headless rank of a data-parallel "
-               "group, is not running: the group's head fails its requests until it rejoins",
+               "{{ $labels.name }} on {{ $labels.host }}, a headless node of a multi-node group, "
+               "is not running: the group's head fails its requests until it rejoins",
                "on the host, journalctl -u {{ $labels.name }} -n 50 and the readiness gate: "
                "`ansible-playbook site.yml -i <inventory> --limit <the group's nodes>`"),
         _alert("ScrapeFailing", 'up{job!~"vllm|ray"} == 0', f["scrape"], "warning",

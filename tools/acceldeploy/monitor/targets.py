@@ -109,7 +109,7 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
             labels = (("host", host), ("service", service.name), ("platform", platform))
             if service.nodes:
                 node = (("host", host), ("service", service.name))
-                if not service.data_parallel:  # each node's Ray exports its metrics
+                if service.backend == "ray":  # each node's Ray exports its metrics
                     found.append(Target("ray", here, metrics_port(service), node))
                 if service.nodes[0] != host:
                     continue  # a worker node: its head answers the API
@@ -157,10 +157,10 @@ def _taken(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> list[
         if head:
             taken.append((s.port, f"the port of service {s.name} ({s.where}.port)"))
         if s.nodes and head:
-            what = "data-parallel RPC" if s.data_parallel else "Ray"
+            what = {"mp": "data-parallel RPC", "nnodes": "--master-port"}.get(s.backend, "Ray")
             taken.append((s.cluster_port, f"the {what} port of service {s.name} "
                                           f"({s.where}.cluster_port)"))  # fmt: skip
-        if s.nodes and not s.data_parallel:
+        if s.nodes and s.backend == "ray":
             taken.append((metrics_port(s), f"the Ray metrics port of service {s.name} "
                                            f"({s.where}.cluster_port + 1)"))  # fmt: skip
     if groups.in_group(hostvars, groups.GATEWAYS):

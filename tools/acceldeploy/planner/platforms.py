@@ -55,6 +55,8 @@ class Platform:
     metrics: dict[str, str] = field(default_factory=dict)
     # the stack's vLLM's KV arithmetic where versions differ (planner.kvplan.KV_RULES)
     kv_rules: tuple[str, ...] = ()
+    # What the stack's vLLM splits over hosts with --nnodes (tensor, pipeline; none: it cannot).
+    nnodes_split: tuple[str, ...] = ()
 
     @property
     def container(self) -> bool:
@@ -108,4 +110,5 @@ def get_platform(name: str, stacks_file: str | None = None, stack_name: str = ""
         bucketing=bucketing(pins),
         metrics=metric_names(pins),
         kv_rules=tuple(str(r) for r in pins.get("kv_rules") or ()),
+        nnodes_split=tuple(str(s) for s in pins.get("nnodes_split") or ()),
     )

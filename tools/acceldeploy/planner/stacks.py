@@ -34,6 +34,8 @@ RECORD_ENGINE_OPTIONS = (
     "{name}.json"
 )
 
+# What a stack's vLLM can split over hosts with --nnodes (backend nnodes): its TP, its PP.
+NNODES_SPLITS = ("tensor", "pipeline")
 # The keys each platform's stacks must set (non-empty) for the roles to work.
 REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "ascend": (
@@ -134,6 +136,12 @@ def part_errors(entry: Mapping[str, Any]) -> list[str]:
                 f"{', '.join(map(str, entry[allowed]))}; fix the stack's {key} or {allowed} "
                 f"in {entry['file']}"
             )
+    splits = sorted(set(entry.get("nnodes_split") or ()) - set(NNODES_SPLITS))
+    if splits:
+        errors.append(
+            f"stack {name}: nnodes_split {', '.join(map(str, splits))} unknown; use "
+            f"{', '.join(NNODES_SPLITS)} in {entry['file']}"
+        )
     unknown = sorted(set(entry.get("kv_rules") or ()) - set(KV_RULES))
     if unknown:
         errors.append(

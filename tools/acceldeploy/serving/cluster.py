@@ -38,6 +38,7 @@ from acceldeploy.serving.service import Service
 NODE_IP_VAR = "acceldeploy_node_ip"
 RAY_UNIT_PREFIX = "ray-"
 DP_UNIT_PREFIX = "dp-"
+NNODES_UNIT_PREFIX = "node-"
 # What the nodes of one group must agree on, as Service attributes.
 SHARED = ("nodes", "backend", "model", "revision", "tensor_parallel_size",
           "pipeline_parallel_size", "cluster_port", "port")  # fmt: skip
@@ -63,15 +64,15 @@ def ray_unit_name(service: Service) -> str:
 def node_unit_name(service: Service) -> str:
     """The unit a node of a group runs besides the head's vLLM: its Ray node (ray), its
     headless data-parallel rank (mp)."""
-    prefix = DP_UNIT_PREFIX if service.data_parallel else RAY_UNIT_PREFIX
-    return f"{prefix}{service.name}"
+    prefixes = {"mp": DP_UNIT_PREFIX, "nnodes": NNODES_UNIT_PREFIX}
+    return f"{prefixes.get(service.backend, RAY_UNIT_PREFIX)}{service.name}"
 
 
 def runs_node_unit(service: Service, host: str) -> bool:
     """Whether `host`, defining the service, runs its node unit: every node (ray), every node
     but the head, whose own vLLM unit is its rank 0 (mp). A host outside the service's nodes
     is refused when its unit is planned (place)."""
-    return bool(service.nodes) and not (service.data_parallel and service.nodes[0] == host)
+    return bool(service.nodes) and not (service.headless_nodes and service.nodes[0] == host)
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,31 @@ def per_node_env(platform: Platform) -> dict[str, str]:
     return owners
 
 
+def check_split(service: Service, platform: Platform) -> None:
+    """backend nnodes only where the stack's vLLM can split a model over hosts that way
+    (versions/stacks.yml nnodes_split: tensor, pipeline)."""
+    if service.backend != "nnodes":
+        return
+    stack = f"stack {platform.stack} (vLLM {platform.vllm_version})"
+    if not platform.nnodes_split:
+        raise AcceldeployError(
+            f"{service.where}.backend nnodes splits one model over the nodes with vLLM's own "
+            f"--nnodes, which {stack} cannot run (versions/stacks.yml nnodes_split); use "
+            "backend ray, or mp (one whole replica per node)"
+        )
+    tp, pp = service.tensor_parallel_size, service.pipeline_parallel_size
+    needed = {"pipeline": pp > 1, "tensor": tp * pp // len(service.nodes) < tp}
+    for split, used in needed.items():
+        if used and split not in platform.nnodes_split:
+            key = "pipeline_parallel_size" if split == "pipeline" else "tensor_parallel_size"
+            raise AcceldeployError(
+                f"{service.where}.{key}: {stack} splits only "
+                f"{' and '.join(platform.nnodes_split)} parallelism over hosts with --nnodes, "
+                f"not {split} (versions/stacks.yml nnodes_split, with its source); change the "
+                "layout, or use backend ray"
+            )
+
+
 def check_node_env(service: Service, platform: Platform) -> None:
     """A multi-node service's env may not set a per-node network variable: one value in the
     service's env would override every node's own (render.service_env applies it last)."""
@@ -193,11 +219,10 @@ def gate_spec(where: Place, platform: Platform) -> dict[str, Any]:
     node, an ephemeral-range port answered between every pair of nodes, and on Ascend the
     NPUs in use (hccn_tool)."""
     service = where.service
-    port_use = (
-        "the head's data-parallel RPC port, --data-parallel-rpc-port"
-        if service.data_parallel
-        else "the head's Ray GCS port, ray start --port"
-    )
+    port_use = {
+        "mp": "the head's data-parallel RPC port, --data-parallel-rpc-port",
+        "nnodes": "the head's torch.distributed master port, --master-port",
+    }.get(service.backend, "the head's Ray GCS port, ray start --port")
     head = service.nodes[0]
     dials = [
         {"peer": peer, "address": where.ips[peer], "port": readiness.EPHEMERAL_PORT,

@@ -21,6 +21,9 @@ from acceldeploy.serving.service import Service
 from acceldeploy.serving.unit import READY_PYTHON, ServiceUnit, UnitOptions, build
 
 WATCH = "vllm-dp-watch"
+# What a headless node runs: a whole replica's data-parallel rank (mp), or its node's share of
+# one replica's ranks (nnodes).
+PART = {"mp": "data-parallel rank", "nnodes": "node"}
 # Seconds between its checks, and checks in a row without a connection to the head: a rank
 # whose head went away is ended within ~15 s.
 WATCH_INTERVAL, WATCH_MISSES = 5, 3
@@ -29,9 +32,9 @@ WATCH_INTERVAL, WATCH_MISSES = 5, 3
 def build_node(
     service: Service, platform: Platform, context: HostContext, options: UnitOptions | None = None
 ) -> ServiceUnit:
-    if not service.data_parallel or not cluster.runs_node_unit(service, context.host):
+    if not service.headless_nodes or not cluster.runs_node_unit(service, context.host):
         raise AcceldeployError(
-            f"{service.where}: only a node of a backend mp service other than its head "
+            f"{service.where}: only a node of a backend mp or nnodes service other than its head "
             f"({service.nodes[0] if service.nodes else 'none'}) runs a headless rank"
         )
     where = render.node_place(service, context)
@@ -42,8 +45,8 @@ def build_node(
     unit = build(launch, platform, context.models_root, opts)
     directives = {
         **unit.directives,
-        "description": f"vLLM {service.name}: data-parallel rank {where.rank} (headless) of the "
-        f"group headed by {service.nodes[0]} ({where.head_address})",
+        "description": f"vLLM {service.name}: {PART[service.backend]} {where.rank} (headless) of "
+        f"the group headed by {service.nodes[0]} ({where.head_address})",
         "exec_start_post": [],  # no API server: nothing to probe
         "exec_stop": [],  # nothing to drain: the head's API server holds the requests
     }

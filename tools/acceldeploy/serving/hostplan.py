@@ -64,7 +64,7 @@ class HostPlan:
         """The node unit of every multi-node service this host is a node of: its Ray node
         (ray), its headless data-parallel rank (mp, every node but the head)."""
         return [
-            (dpnode if s.data_parallel else raynode).build_node(
+            (dpnode if s.headless_nodes else raynode).build_node(
                 s, self.platform, self.context, self.unit_options
             )
             for s in self.services
@@ -109,6 +109,7 @@ def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
     for service in services:  # the engine options only when a service needs them
         check_engine_values(service, platform_engine(platform))
         cluster.check_node_env(service, platform)
+        cluster.check_split(service, platform)
     context = HostContext(
         models_root=str(_set(hostvars, "acceldeploy_models_root") or DEFAULT_MODELS_ROOT),
         env_prefix=launcher_for(platform).env_prefix(

@@ -184,11 +184,20 @@ HEAD_ONLY = ("api-server-count",)
 
 def group_options(service: Service, place: cluster.Place | None) -> dict[str, Any]:
     """A multi-node service's flags on this node: Ray's executor on the head (ray); the data
-    parallel group over the nodes, a headless rank on every node but the head (mp)."""
+    parallel group over the nodes (mp), or this node's place among the nodes one replica spans
+    (nnodes), each node but the head headless."""
     if place is None:
         return {}
-    if not service.data_parallel:
+    if not service.headless_nodes:
         return {"distributed-executor-backend": "ray"}
+    if not service.data_parallel:  # nnodes: one replica's ranks over the nodes
+        split: dict[str, Any] = {
+            "nnodes": len(service.nodes),
+            "node-rank": place.rank,
+            "master-addr": place.head_ip,
+            "master-port": service.cluster_port,
+        }
+        return {**split, "headless": True} if not place.is_head else split
     options: dict[str, Any] = {
         "data-parallel-size": len(service.nodes),
         "data-parallel-size-local": 1,
@@ -226,7 +235,7 @@ def engine_options(
     engine = engineopts.platform_engine(platform)
     engine.check(service.extra_args, f"{service.where}.extra_args")
     options.update(service.extra_args)
-    if place is not None and service.data_parallel and not place.is_head:
+    if place is not None and service.headless_nodes and not place.is_head:
         for flag in HEAD_ONLY:
             options.pop(flag, None)
     return options
@@ -252,7 +261,7 @@ def node_place(service: Service, context: HostContext) -> cluster.Place:
 def render_service(service: Service, platform: Platform, context: HostContext) -> Launch:
     env = service_env(service, platform, context)
     place = node_place(service, context) if service.nodes else None
-    ray = place is not None and not service.data_parallel
+    ray = place is not None and not service.headless_nodes
     if ray and place:
         env["RAY_ADDRESS"] = place.head_address
 

@@ -97,12 +97,14 @@ DEFAULTS: dict[str, Any] = {
     "allow_unauthenticated_public_bind": False,
 }
 MEMORY_KEYS = ("weights_gib", "activation_gib", "non_torch_gib")
-# How a service over nodes runs (backend): Ray's executor, or vLLM's own multiprocessing with
-# data parallel across the nodes (vllm-ascend's multi-node tutorials). The port the nodes dial
-# on the head when cluster_port is unset: Ray's GCS; the DP RPC port those tutorials use.
-RAY, MP = "ray", "mp"
-BACKENDS = (RAY, MP)
-CLUSTER_PORTS = {RAY: 6379, MP: 13389}
+# How a service over nodes runs (backend): Ray's executor; vLLM's own multiprocessing with
+# data parallel across the nodes (vllm-ascend's multi-node tutorials); or one replica split over
+# the nodes by vLLM's own multiprocessing (--nnodes), where the stack can run it. The port the
+# nodes dial on the head when cluster_port is unset: Ray's GCS; the DP RPC port those tutorials
+# use; vLLM's --master-port default.
+RAY, MP, NNODES = "ray", "mp", "nnodes"
+BACKENDS = (RAY, MP, NNODES)
+CLUSTER_PORTS = {RAY: 6379, MP: 13389, NNODES: 29501}
 # Every key of a service: (type, meaning). The parser accepts exactly these, and the inventory
 # reference (docs/reference/inventory.md) is generated from them (docsgen/roledocs.py).
 KEYS: dict[str, tuple[str, str]] = {
@@ -119,12 +121,14 @@ KEYS: dict[str, tuple[str, str]] = {
     "pipeline_parallel_size": ("int", "PP stages (a multi-node service's nodes)."),
     "nodes": ("list of str", "Inventory hostnames of a service over several hosts; the first "
               "is the head and serves the API."),
-    "backend": ("ray or mp", "How a service over nodes runs: ray (default; vLLM's Ray executor, "
-                "TP x PP spread over the nodes) or mp (data parallel across the nodes, one "
-                "full replica per node, the others headless; upstream's multi-node recipe)."),
+    "backend": ("ray, mp or nnodes", "How a service over nodes runs: ray (default; vLLM's Ray "
+                "executor, TP x PP spread over the nodes), mp (data parallel across the nodes, "
+                "one full replica per node, the others headless; upstream's multi-node recipe) "
+                "or nnodes (one replica's TP x PP spread over the nodes by vLLM's own "
+                "--nnodes, the others headless; only on stacks that can run it)."),
     "cluster_port": ("int", "The head's port the nodes dial: Ray's (ray, default 6379; Ray's "
-                     "metrics on the next one) or vLLM's data-parallel RPC (mp, default "
-                     "13389); not a service port."),
+                     "metrics on the next one), vLLM's data-parallel RPC (mp, default 13389) "
+                     "or --master-port (nnodes, default 29501); not a service port."),
     "network_interface": ("str", "The NIC the collectives use on every node (GLOO / HCCL "
                           "interface variables)."),
     "port": ("int", "The API port."),
@@ -185,6 +189,12 @@ class Service:
     def data_parallel(self) -> bool:
         """Data parallel across its nodes (backend mp): each node runs a whole replica."""
         return self.backend == MP
+
+    @property
+    def headless_nodes(self) -> bool:
+        """vLLM's own multiprocessing over the nodes (mp, nnodes): the head serves the API, every
+        other node runs a headless part of the group."""
+        return self.backend in (MP, NNODES)
 
     @property
     def model(self) -> str:
@@ -353,11 +363,11 @@ def _cluster(merged: dict[str, Any], backend: str, var: str) -> tuple[int, str |
     given = merged["cluster_port"]
     port = _int(CLUSTER_PORTS[backend or RAY] if given is None else given,
                 f"{var}.cluster_port", 1, 65534)  # fmt: skip
-    if backend == MP and merged["port"] == port:
+    if backend in (MP, NNODES) and merged["port"] == port:
         raise AcceldeployError(
             f"{var}.cluster_port {port} is also its port: the head's vLLM listens for its "
-            "data-parallel ranks on cluster_port and for clients on port; give cluster_port "
-            f"another port (default {CLUSTER_PORTS[MP]})"
+            "other nodes on cluster_port and for clients on port; give cluster_port "
+            f"another port (default {CLUSTER_PORTS[backend]})"
         )
     # Ray's metrics listen on the port after it (raynode.metrics_port).
     if backend == RAY and merged["port"] in (port, port + 1):
@@ -518,7 +528,9 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
     ref = parse_model_ref(merged, var)
     devices, nodes = _devices(merged, platform, var), _nodes(merged, var)
     backend = _backend(merged, nodes, var)
-    tp, pp = _layout(merged, devices, () if backend == MP else nodes, var)
+    tp, pp = _layout(
+        merged, devices, () if backend == MP else nodes, var
+    )  # one replica per node (mp)
     cluster_port, nic = _cluster(merged, backend, var)
     max_len = merged["max_model_len"]
     if max_len != "auto":
