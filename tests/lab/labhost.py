@@ -10,6 +10,8 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +131,19 @@ def prometheus_api(path: str, **query: str) -> Any:
         data = json.loads(answer.read())
     assert data["status"] == "success", data
     return data["data"]
+
+
+@contextmanager
+def nft_drop(match: str, family: str = "inet", hook: str = "output") -> Iterator[None]:
+    """An nftables drop of the packets `match` matches, in a table of the tests' own, for the
+    block. On the shared-network lab the hook is output: its hosts share this machine's network
+    namespace, so this machine's filter is theirs. On the isolated lab it is forward in the
+    bridge family: packets between hosts cross the lab bridge."""
+    table = "acceldeploy_test_drop"
+    rules = (f"table {family} {table} {{\n chain drop {{\n  type filter hook {hook} priority 0;\n"
+             f"  {match} counter drop\n }}\n}}\n")  # fmt: skip
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["nft", "delete", "table", family, table], check=True)

@@ -22,16 +22,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 from ansible_run import run_playbook
-from labhost import ROOT, lab_cli, on_host, verify_report
+from labhost import ROOT, lab_cli, nft_drop, on_host, verify_report
 from test_gateway_rollout import Load
 from vllm_client import chat
 
@@ -103,20 +101,6 @@ def changed_inventory(tmp: Path, extra_args: dict[str, object]) -> Path:
     return tmp / "lab-dp"
 
 
-@contextmanager
-def new_connections_dropped(address: str, port: int) -> Iterator[None]:
-    """An nftables drop of new TCP connections to address:port (the lab hosts share this
-    machine's network namespace, so its filter is theirs); established ones go on."""
-    table = "acceldeploy_dp_drill"
-    rules = (f"table inet {table} {{\n chain out {{\n  type filter hook output priority 0;\n"
-             f"  ip daddr {address} tcp dport {port} ct state new counter drop\n }}\n}}\n")  # fmt: skip
-    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
-    try:
-        yield
-    finally:
-        subprocess.run(["nft", "delete", "table", "inet", table], check=True)
-
-
 def test_two_ranks_over_two_hosts_serve_through_the_heads_api(deployed: None) -> None:
     assert on_host("lab1", f"systemctl is-active {SERVICE}").strip() == "active"
     assert on_host("lab2", f"systemctl is-active {RANK}").strip() == "active"
@@ -150,7 +134,8 @@ def test_the_gate_refuses_a_worker_that_cannot_reach_the_head_before_any_restart
 ) -> None:
     before = group_state()
     changed = changed_inventory(tmp_path, {"max-num-seqs": 8})
-    with new_connections_dropped(*HEAD_RPC):
+    # new connections only: the group's established ones go on
+    with nft_drop(f"ip daddr {HEAD_RPC[0]} tcp dport {HEAD_RPC[1]} ct state new"):
         run = run_playbook("site.yml", changed, timeout=1800)
     assert not run.ok
     address = f"{HEAD_RPC[0]}:{HEAD_RPC[1]}"

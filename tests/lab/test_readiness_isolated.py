@@ -8,16 +8,14 @@ lab is back at the end."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from ansible_run import PlaybookRun, lab_inventory, run_playbook
-from labhost import ROOT, lab_cli
+from labhost import ROOT, lab_cli, nft_drop
 
 from acceldeploy.serving import hostplan
 
@@ -25,7 +23,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ADDRESS = {"lab1": "10.213.0.11", "lab2": "10.213.0.12"}
 NIC = "host0"  # the container's end of its veth on the lab bridge (systemd-nspawn)
-TABLE = "acceldeploy_gate_isolated"
 
 
 @pytest.fixture(scope="module")
@@ -66,18 +63,6 @@ def run_gates(tmp_path: Path) -> PlaybookRun:
     return run_playbook(path, lab_inventory(), timeout=120)
 
 
-@contextmanager
-def bridge_drop(match: str) -> Iterator[None]:
-    """An nftables drop, on the lab bridge, of the bridged packets `match` matches."""
-    rules = (f"table bridge {TABLE} {{\n chain forward {{\n  type filter hook forward priority 0;"
-             f"\n  {match} counter drop\n }}\n}}\n")  # fmt: skip
-    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
-    try:
-        yield
-    finally:
-        subprocess.run(["nft", "delete", "table", "bridge", TABLE], check=True)
-
-
 def test_the_gate_passes_and_refuses_a_dropped_path_on_the_bridge(
     isolated: None, tmp_path: Path
 ) -> None:
@@ -87,7 +72,8 @@ def test_the_gate_passes_and_refuses_a_dropped_path_on_the_bridge(
     assert all(r["gated"] for r in open_run.results("The gate").values())
 
     head = ADDRESS["lab1"]
-    with bridge_drop(f"ip saddr {ADDRESS['lab2']} ip daddr {head} tcp dport {port}"):
+    match = f"ip saddr {ADDRESS['lab2']} ip daddr {head} tcp dport {port}"
+    with nft_drop(match, family="bridge", hook="forward"):
         dropped = run_gates(tmp_path)
     results = dropped.results("The gate")
     assert dropped.failed("lab2") == 1 and dropped.failed("lab1") == 0, dropped.output[-4000:]

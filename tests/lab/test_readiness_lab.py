@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from ansible_run import PlaybookRun, lab_inventory, run_playbook
-from labhost import ROOT, on_host
+from labhost import ROOT, nft_drop, on_host
 
 from acceldeploy.readiness import hccn
 
@@ -64,18 +62,6 @@ def fake_npus() -> Iterator[None]:
         on_host(HOST, "rm -rf /usr/local/Ascend")
 
 
-@contextmanager
-def dropped(match: str) -> Iterator[None]:
-    """An nftables drop of what `match` matches, in a table of its own, for the block."""
-    table = "acceldeploy_gate_test"
-    rules = f"table inet {table} {{\n chain out {{\n  type filter hook output priority 0;\n  {match} drop\n }}\n}}\n"
-    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
-    try:
-        yield
-    finally:
-        subprocess.run(["nft", "delete", "table", "inet", table], check=True)
-
-
 def gate(**change: Any) -> dict[str, Any]:
     """A worker's gate that should pass on the lab host: loopback, dials answered."""
     spec = {
@@ -117,7 +103,7 @@ def test_a_missing_nic_a_held_port_and_a_closed_path_are_refused_in_check_mode(
         dials=[{"peer": "lab1", "address": "127.0.0.99", "port": 13389, "what": "rpc"}],
     )  # fmt: skip
     # The lab hosts share this machine's network namespace: its nftables filter is theirs.
-    with dropped("ip daddr 127.0.0.99 tcp dport 13389"):
+    with nft_drop("ip daddr 127.0.0.99 tcp dport 13389"):
         run = run_gate(tmp_path, spec, check=True)
     assert not run.ok
     found = refusals(run)
