@@ -163,6 +163,39 @@ def vllm_service_switched_services(switched: list[Any], failed_host: str) -> lis
     return found
 
 
+def vllm_service_group_peers(
+    units: list[Any], hostvars: Any, failed_host: str
+) -> list[dict[str, Any]]:
+    """vllm_service_units | vllm_service_group_peers(hostvars, inventory_hostname): the units of
+    this host's multi-node groups that the group's other nodes restarted in this run (a group
+    rolls back as one), with what putting them back needs."""
+    wanted: dict[str, set[str]] = {}
+    for unit in units:
+        for node, names in ((unit.get("readiness") or {}).get("units_by_node") or {}).items():
+            if node != failed_host:
+                wanted.setdefault(node, set()).update(names)
+    peers = [hostvars[node] for node in wanted if node in hostvars]
+    return [
+        service
+        for service in vllm_service_switched_services(peers, failed_host)
+        if service["name"] in wanted[service["host"]]
+    ]
+
+
+def group_back_line(peers: list[Any]) -> str:
+    """The group's part of the report, from [peer unit, what putting it back said]."""
+    parts = []
+    for service, said in peers:
+        where = f"{service['host']}: {service['name']}"
+        if "stopped" in str(said or ""):
+            parts.append(f"{where} stopped (new in this run)")
+        elif "restored" in str(said or ""):
+            parts.append(f"{where} restarted on its last good unit and launcher")
+        else:
+            parts.append(f"ROLLBACK FAILED {where} (see `journalctl -u {service['name']}` there)")
+    return "Its group rolls back as one: " + "; ".join(parts) + "."
+
+
 def switched_back_line(others: list[Any]) -> str:
     """acceldeploy_rollback_all's part of the report, from [switched service, what putting it
     back said, its /health status after]: per host, the services serving again on what this
@@ -199,12 +232,14 @@ def vllm_service_failure_report(
     rollback: bool,
     others: list[Any] | None = None,
     drained: list[str] | None = None,
+    group: list[Any] | None = None,
 ) -> str:
     """Why the rollout stopped on this host and what the rollback did: the cause, the journal
     lines that show it, the services back on their last good set ({service: its /health
     status after}: serving again or not), the new ones stopped (their names), the hosts an
     earlier batch already switched and, with acceldeploy_rollback_all, what putting those back
-    did ([switched service, what it said, its /health status])."""
+    did ([switched service, what it said, its /health status]); and what putting back the
+    group's other nodes said ([peer unit, what it said])."""
     lines = [f"{failure.get('cause', 'failed')}. The rollout stops here; hosts after "
              f"{host} are untouched."]  # fmt: skip
     back = [str(name) for name, status in health.items() if status == 200]
@@ -226,6 +261,8 @@ def vllm_service_failure_report(
                          f"{', '.join(new)}.")  # fmt: skip
     else:
         lines.append(f"Nothing on {host} was changed by this run, so nothing was rolled back.")
+    if group:
+        lines.append(group_back_line(group))
     others_hosts = [h for h in switched if h != host]
     if others:
         lines.append(switched_back_line(others))
@@ -254,6 +291,7 @@ class FilterModule:
             "vllm_service_state_spec": vllm_service_state_spec,
             "vllm_service_rollback_files": vllm_service_rollback_files,
             "vllm_service_failure_report": vllm_service_failure_report,
+            "vllm_service_group_peers": vllm_service_group_peers,
             "vllm_service_gateway_targets": vllm_service_gateway_targets,
             "vllm_service_model_prune_spec": vllm_service_model_prune_spec,
             "vllm_service_set_files": vllm_service_set_files,

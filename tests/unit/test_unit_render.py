@@ -586,6 +586,37 @@ def test_a_failed_host_report_says_the_cause_the_rollback_and_who_switched() -> 
     assert "nothing was rolled back" in report("lab2", failure, {}, [], [], True)
 
 
+def test_a_group_rolls_back_as_one() -> None:
+    import runpy
+
+    plugin = runpy.run_path(
+        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
+    )
+    head = {"name": "m", "unit_path": "/etc/systemd/system/m.service", "health_url": "h",
+            "launcher_path": "/usr/local/libexec/acceldeploy/m.launch",
+            "readiness": {"units_by_node": {"lab1": ["m"], "lab2": ["dp-m"]}}}  # fmt: skip
+    rank = {**head, "name": "dp-m", "unit_path": "/etc/systemd/system/dp-m.service",
+            "launcher_path": "/usr/local/libexec/acceldeploy/dp-m.launch", "health_url": ""}  # fmt: skip
+    other = {**head, "name": "solo", "readiness": None}
+    hostvars = {
+        "lab1": {"inventory_hostname": "lab1", "vllm_service_restart": ["m"],
+                 "vllm_service_units": [head]},
+        "lab2": {"inventory_hostname": "lab2", "vllm_service_restart": ["dp-m", "solo"],
+                 "vllm_service_units": [rank, other]},
+    }  # fmt: skip
+    peers = plugin["vllm_service_group_peers"]
+    (back,) = peers([head], hostvars, "lab1")  # lab2's rank, not its unrelated service
+    assert (back["host"], back["name"], back["unit_file"]) == ("lab2", "dp-m", "dp-m.service")
+    (back,) = peers([rank, other], hostvars, "lab2")  # the head, from its rank's failure
+    assert (back["host"], back["name"]) == ("lab1", "m")
+    assert peers([other], hostvars, "lab2") == []
+    failure = {"cause": "m did not become ready on lab1"}
+    text = plugin["vllm_service_failure_report"](
+        "lab1", failure, {"m": 200}, [], [], True, [], [], [[{**back, "host": "lab2",
+                                                            "name": "dp-m"}, "restored"]])  # fmt: skip
+    assert "Its group rolls back as one: lab2: dp-m restarted on its last good unit" in text
+
+
 def test_model_prune_spec_covers_the_revisions_of_the_served_models() -> None:
     import runpy
 
