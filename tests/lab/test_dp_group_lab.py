@@ -9,6 +9,8 @@ site.yml starts the head's vLLM (API server and rank 0) on lab1 and the headless
   drop of new connections to it): the refusal names lab2, the address and the port, before
   any unit restarted: both units keep their processes and their last good launchers, and the
   group keeps serving;
+- a flag the engine cannot start with, rolled to the group: the head misses its gate and the
+  whole group goes back to its last good set (lab2's rank too), serving again on both ranks;
 - the kill drill: lab2's rank killed with SIGKILL under a steady load through the gateway;
   every failed request fails fast (ERROR_BOUND), none hangs, and the group serves again by
   itself within HEAL_BOUND, both ranks in it.
@@ -147,6 +149,25 @@ def test_the_gate_refuses_a_worker_that_cannot_reach_the_head_before_any_restart
     back = run_playbook("site.yml", INVENTORY, timeout=1800)
     assert back.ok, back.output[-6000:]
     assert group_state() == before, "the run after the refusal restarted an unchanged group"
+
+
+def test_a_group_that_fails_its_gate_rolls_back_as_one(deployed: None, tmp_path: Path) -> None:
+    """A flag vLLM's parser takes but the engine cannot start with: lab2's rank restarts on it
+    first, then the head misses its gate; lab2's rank goes back to its last good set with the
+    head's, and the group serves again."""
+    launchers = {host: digest for host, (_, digest) in group_state().items()}
+    bad = changed_inventory(tmp_path, {"tokenizer": "/nonexistent/tokenizer"})
+    run = run_playbook("site.yml", bad, timeout=2400)
+    assert not run.ok
+    assert "did not become ready on lab1" in run.output, run.output[-6000:]
+    said = f"Its group rolls back as one: lab2: {RANK} restarted on its last good unit"
+    assert said in run.output, run.output[-6000:]
+    assert {host: digest for host, (_, digest) in group_state().items()} == launchers
+    before = served_by_engine()
+    for n in range(4):
+        chat(BASE, SERVICE, f"Back {n}", max_tokens=4)
+    done = {e: v - before.get(e, 0.0) for e, v in served_by_engine().items()}
+    assert sum(done.values()) == 4 and done.get("1", 0) > 0, done
 
 
 def test_a_killed_rank_heals_the_group_by_itself_and_no_client_hangs(deployed: None) -> None:
