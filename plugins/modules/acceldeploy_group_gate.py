@@ -16,8 +16,9 @@ description:
   - Read-only, also in check mode; never reports changed.
   - C(stage=local) checks the node's interface and address, the ports it must open, dials
     every peer (the head's cluster port, a port of the ephemeral range) and, on Ascend, each
-    NPU's link, health and address (C(hccn_tool), C(/etc/hccn.conf)). It returns the NPUs'
-    addresses for the peers' pings.
+    NPU's link, health and address (C(hccn_tool), C(/etc/hccn.conf)); on Gaudi, each HPU's
+    external ports (C(hl-smi -n ports), C(hl-smi -n link)). It returns the NPUs' addresses for
+    the peers' pings.
   - C(stage=peers) pings, from each NPU in use, the peers' NPU of the same index
     (C(hccn_tool -i N -ping -g address ADDR)).
   - When I(restarting) is false the group is gated only if one of its units here is not
@@ -70,13 +71,14 @@ from ansible.module_utils.basic import AnsibleModule
 # module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
 try:
     from ansible.module_utils.acceldeploy.readiness import gate as readiness
-    from ansible.module_utils.acceldeploy.readiness import hccn
+    from ansible.module_utils.acceldeploy.readiness import hccn, hlports
 except ImportError:
     from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
         gate as readiness,
     )
     from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
         hccn,
+        hlports,
     )
 
 HCCN_CONF = "/etc/hccn.conf"
@@ -144,6 +146,27 @@ def hccn_tool(module: AnsibleModule) -> str:
     return str(path)
 
 
+def hl_smi(module: AnsibleModule, gate: dict[str, Any]) -> dict[str, Any]:
+    """The HPUs' buses, and each in-use bus's port types and link states."""
+    tool = module.get_bin_path("hl-smi")
+    if not tool:
+        module.fail_json(
+            msg=f"{gate['service']}: hl-smi is not on this host (it comes with the Intel Gaudi "
+            "driver package); install the driver before the group starts"
+        )
+    bus_csv = run(module, [str(tool), "-Q", "module_id,bus_id", "-f", "csv,noheader"])
+    found = hlports.buses(bus_csv)
+    ports = {
+        found[m]: {
+            "ports": run(module, [str(tool), "-n", "ports", "-i", found[m]]),
+            "link": run(module, [str(tool), "-n", "link", "-i", found[m]]),
+        }
+        for m in gate["hpus"]
+        if m in found
+    }
+    return {"buses": bus_csv, "ports": ports}
+
+
 def units_running(module: AnsibleModule, units: list[str]) -> bool:
     rc, _, _ = module.run_command(["systemctl", "is-active", "--quiet", *units])
     return bool(rc == 0)
@@ -157,6 +180,7 @@ def local(module: AnsibleModule, host: str, gate: dict[str, Any]) -> dict[str, A
         "dials": [{**d, "outcome": dial(d["address"], int(d["port"]))} for d in gate["dials"]],
         "npus": [],
         "hccn_conf": read(HCCN_CONF),
+        "hl_smi": hl_smi(module, gate) if gate.get("hpus") else {},
     }
     addresses: dict[str, str] = {}
     if gate["npus"]:

@@ -18,6 +18,7 @@ import yaml
 
 from acceldeploy.inventory.hostvars import hosts_vars
 from acceldeploy.readiness import gate as readiness
+from acceldeploy.readiness import hlports
 from acceldeploy.serving import cluster, hostplan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,3 +222,26 @@ def test_the_host_side_code_imports_only_the_standard_library_and_itself() -> No
                 continue
             outside = [n for n in names if n.split(".")[0] not in sys.stdlib_module_names]
             assert not outside, f"{path.relative_to(ROOT)} imports {outside}"
+
+
+def test_a_gaudi_node_checks_the_external_ports_of_its_hpus() -> None:
+    """Port types as the recorded format gives them (8, 22, 23 external); link states in the
+    published example's format, one external port DOWN (a derived input: no public capture of
+    an external port exists); the bus in the example's form."""
+    types = recorded("hl-smi-n-ports-format.txt")
+    example = recorded("hl-smi-n-link-gaudi2e-example.txt")
+    assert set(hlports.ports(example).values()) == {"UP"} and len(hlports.ports(example)) == 18
+    assert hlports.ports(types) == {8: "external", 22: "external", 23: "external"}
+    up = "port  8:        UP\nport 22:        UP\nport 23:        UP\n"
+    bus_csv = "2, 0000:bb:00.0\n6, 0000:bc:00.0\n"
+    assert hlports.buses(bus_csv) == {"2": "0000:bb:00.0", "6": "0000:bc:00.0"}
+    assert hlports.node_errors("hpu-02", ["2"], bus_csv, {"0000:bb:00.0": (types, up)}) == []
+    down = up.replace("port 22:        UP", "port 22:        DOWN")
+    (error,) = hlports.node_errors("hpu-02", ["2"], bus_csv, {"0000:bb:00.0": (types, down)})
+    assert error.startswith("hpu-02: HPU module 2 (0000:bb:00.0): external port(s) 22 DOWN")
+    (missing,) = hlports.node_errors("hpu-02", ["5"], bus_csv, {})
+    assert "HPU module 5 is not in hl-smi's list" in missing
+    # the Gaudi example inventory's nodes gate their HPUs by module id
+    gaudi = hostplan.with_node_ips(hosts_vars(str(ROOT / "inventory/examples/gaudi2-2node")))
+    specs = [u.readiness for hv in gaudi.values() for u in hostplan.plan_host(hv) if u.readiness]
+    assert specs and all(s["hpus"] == [str(d) for d in range(8)] and not s["npus"] for s in specs)

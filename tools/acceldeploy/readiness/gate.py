@@ -11,7 +11,8 @@ A node's checks (the spec, plain data):
   range on every peer, since the group also dials ZMQ, gloo and master ports it picks at
   start. A connection or a refusal (RST) is an answer; silence is a firewall's drop;
 - Ascend: each NPU in use reports link UP and net health Success, its address agrees with
-  /etc/hccn.conf, and the peers' NPUs of the same index answer a ping (hccn.py).
+  /etc/hccn.conf, and the peers' NPUs of the same index answer a ping (hccn.py);
+- Gaudi: each HPU in use has its external ports UP (hlports.py).
 
 Host-side code (the module imports it), so only relative imports.
 """
@@ -24,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import hccn
+from . import hccn, hlports
 
 # A port of Linux's default ephemeral range (ip_local_port_range 32768-60999): nothing need
 # listen there; a refusal proves the path open as a connection does.
@@ -178,6 +179,10 @@ def node_errors(host: str, spec: Mapping[str, Any], seen: Mapping[str, Any]) -> 
             for n in seen["npus"]
         ]
         errors += hccn.node_errors(host, reports, seen["hccn_conf"])
+    if spec.get("hpus"):
+        hl = seen["hl_smi"]
+        by_bus = {bus: (text["ports"], text["link"]) for bus, text in hl["ports"].items()}
+        errors += hlports.node_errors(host, list(spec["hpus"]), hl["buses"], by_bus)
     return errors
 
 

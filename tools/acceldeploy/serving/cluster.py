@@ -216,8 +216,8 @@ def units_on(service: Service, host: str) -> list[str]:
 def gate_spec(where: Place, platform: Platform) -> dict[str, Any]:
     """What one node checks before its group starts or restarts (readiness.py judges it): its
     NIC and address, the head's cluster port free on the head and answered from every other
-    node, an ephemeral-range port answered between every pair of nodes, and on Ascend the
-    NPUs in use (hccn_tool)."""
+    node, an ephemeral-range port answered between every pair of nodes, on Ascend the NPUs in
+    use (hccn_tool), on Gaudi the external ports of the HPUs in use (hl-smi)."""
     service = where.service
     port_use = {
         "mp": "the head's data-parallel RPC port, --data-parallel-rpc-port",
@@ -248,6 +248,7 @@ def gate_spec(where: Place, platform: Platform) -> dict[str, Any]:
         "free_ports": free if where.is_head else [],
         "dials": dials,
         "npus": list(service.devices) if platform.name == "ascend" else [],
+        "hpus": [str(d) for d in service.devices] if platform.name == "gaudi" else [],
     }
 
 
