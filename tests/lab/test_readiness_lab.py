@@ -27,6 +27,7 @@ HOST = "lab2"
 TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
 RECORDED = ROOT / "tests/data/recorded"
 PEER_NPU = "29.1.137.205"  # the recorded ping's peer
+HL_SMI = "/usr/local/bin/hl-smi"
 
 
 def recorded(name: str) -> str:
@@ -60,6 +61,27 @@ def fake_npus() -> Iterator[None]:
         yield
     finally:
         on_host(HOST, "rm -rf /usr/local/Ascend")
+
+
+@pytest.fixture
+def fake_hpus() -> Iterator[None]:
+    """hl-smi printing the recorded port-type format, and link states in the published example's
+    format with external port 22 DOWN (a derived input: no public capture of one exists)."""
+    links = "port  8:        UP\nport 22:        DOWN\nport 23:        UP\n"
+    script = f"""#!/bin/sh
+# acceldeploy lab: hl-smi in the recorded formats (tests/data/recorded)
+case "$*" in
+  "-Q module_id,bus_id -f csv,noheader") echo '2, 0000:bb:00.0' ;;
+  "-n ports -i 0000:bb:00.0") printf %s {shlex.quote(recorded("hl-smi-n-ports-format.txt"))} ;;
+  "-n link -i 0000:bb:00.0") printf {shlex.quote(links)} ;;
+  *) echo "unknown: $*" >&2; exit 1 ;;
+esac
+"""
+    on_host(HOST, f"printf %s {shlex.quote(script)} > {HL_SMI} && chmod 0755 {HL_SMI}")
+    try:
+        yield
+    finally:
+        on_host(HOST, f"rm -f {HL_SMI}")
 
 
 def gate(**change: Any) -> dict[str, Any]:
@@ -132,3 +154,12 @@ def test_each_npu_pings_its_peers_npu(fake_npus: None, tmp_path: Path) -> None:
     assert not failing.ok and "unknown: -i 0 -ping -g address 29.1.0.99" in json.dumps(
         refusals(failing)
     )
+
+
+def test_a_down_external_hpu_port_is_refused_naming_the_module(
+    fake_hpus: None, tmp_path: Path
+) -> None:
+    run = run_gate(tmp_path, gate(hpus=["2"]))
+    assert not run.ok
+    (refusal,) = refusals(run)
+    assert refusal.startswith("lab2: HPU module 2 (0000:bb:00.0): external port(s) 22 DOWN")
