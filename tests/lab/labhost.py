@@ -140,7 +140,7 @@ def nft_drop(match: str, family: str = "inet", hook: str = "output") -> Iterator
     namespace, so this machine's filter is theirs. On the isolated lab it is forward in the
     bridge family: packets between hosts cross the lab bridge."""
     table = "acceldeploy_test_drop"
-    rules = (f"table {family} {table} {{\n chain drop {{\n  type filter hook {hook} priority 0;\n"
+    rules = (f"table {family} {table} {{\n chain blocked {{\n  type filter hook {hook} priority 0;\n"
              f"  {match} counter drop\n }}\n}}\n")  # fmt: skip
     subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
     try:
