@@ -21,7 +21,8 @@ venv: $(VENV)/.installed
 # lint-imports: the package's import contracts (pyproject.toml [tool.importlinter]: nothing of
 # the product imports the lab; every subpackage in its layer).
 # The docs (mkdocs.yml, docs/ into the git-ignored site/): strict, so a broken link or anchor, or a
-# page missing from the nav, fails lint. Not --quiet: mkdocs 1.6.1 then lets warnings pass.
+# page missing from the nav, fails lint. Not --quiet: mkdocs 1.6.1 then lets warnings pass. Then
+# the built pages are read for Markdown that reached them as raw text (docsgen/rendered.py).
 lint: venv
 	$(BIN)/ruff check tools tests plugins roles
 	$(BIN)/ruff format --check tools tests plugins roles
@@ -30,6 +31,7 @@ lint: venv
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ansible-lint
 	out=$$(NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict 2>&1) || { echo "$$out"; exit 1; }
+	$(BIN)/python -m acceldeploy.docsgen.rendered site
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
