@@ -235,7 +235,10 @@ def test_the_table_and_the_plot_show_intervals_and_the_deployed_point(tmp_path):
     assert "90% Student-t interval of the mean" in text
     missed = {**A.describe(), "runs": 1, "status": "measured", "p99_ttft_ms": None,
               "lowest": {"rate": "1", "throughput": 0.45, "p99_ttft_ms": 8070.0}}  # fmt: skip
-    report.plot_pareto([*rows, missed], best, 1500.0, tmp_path / "pareto.png")
+    report.plot_pareto([*rows, missed], best, 1500.0, tmp_path / "pareto.png",
+                       title="tune lab1/qwen3-vl (SLA p99_ttft <= 1500 ms): winner B")  # fmt: skip
+    # the SLA and the missed point far above the points: a log axis, not points flat on zero
+    assert max(report._plotted_ttfts(rows, [*rows, missed], 1500.0)) == 8070.0
     report.plot_pareto(rows[:1], None, None, tmp_path / "alone.png")
     for name in ("pareto.png", "alone.png"):
         with Image.open(tmp_path / name) as image:

@@ -338,7 +338,8 @@ def report(state: dict[str, Any], out: Path, config: Setup, best: dict[str, Any]
     Console(width=220).print(shown.table(rows, f"tune {where} (SLA {limits})", runs))
     if any(r.get("runs") for r in rows):
         sla_ttft = config.settings["sla_ms"].get("p99_ttft")
-        shown.plot_pareto(rows, best, sla_ttft, out / "pareto.png")
+        title = f"tune {where} (SLA {limits}): {str(state['decision']).splitlines()[0]}"
+        shown.plot_pareto(rows, best, sla_ttft, out / "pareto.png", title=title[:110])
     if state.get("stopped"):
         print(f"stopped: {state['stopped']}")
     print(state["decision"])

@@ -82,13 +82,34 @@ def _errors(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[lis
     return medians, [below, above]
 
 
+# Where each point's label goes (points), taking turns from left to right: neighbours' labels
+# sit at different heights.
+LABEL_OFFSETS = ((6, 6), (6, -13), (6, 19), (6, -26))
+
+
+def _plotted_ttfts(
+    shown: list[dict[str, Any]], rows: list[dict[str, Any]], sla_ttft: float | None
+) -> list[float]:
+    """Every p99 TTFT the plot draws: the points, the missed points' lowest rate, the SLA."""
+    values = [one.median for r in shown if (one := _interval(r, "p99_ttft_ms")) is not None]
+    values += [float((r.get("lowest") or {}).get("p99_ttft_ms") or 0.0)
+               for r in rows if r.get("lowest") and not r.get("p99_ttft_ms")]  # fmt: skip
+    return values + ([float(sla_ttft)] if sla_ttft else [])
+
+
 def plot_pareto(
-    rows: list[dict[str, Any]], best: dict[str, Any] | None, sla_ttft: float | None, path: Path
+    rows: list[dict[str, Any]],
+    best: dict[str, Any] | None,
+    sla_ttft: float | None,
+    path: Path,
+    title: str = "",
 ) -> None:
     """Throughput at the SLA against p99 TTFT, each the median of the runs with its interval as
     error bars, peak memory as colour; the deployed flags a black diamond, the winner ringed;
     a point that missed the SLA at every rate is a grey cross at the lowest rate tried; the
-    SLA's p99 TTFT as a dashed line."""
+    SLA's p99 TTFT as a dashed line. When the values span more than a factor of ten (the SLA
+    far above the points, a missed point far out) the TTFT axis is logarithmic, so no line
+    flattens the points onto zero. `title`: the host, service and decision."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,9 +125,12 @@ def plot_pareto(
         colour = [(_interval(r, "peak_mib") or Interval(1, 0, 0, 0, 0)).median for r in shown]
         points = ax.scatter(xs, ys, c=colour, cmap="viridis", s=80, zorder=2)
         fig.colorbar(points, ax=ax, label="peak memory MiB (median)")
-        for row, x, y in zip(shown, xs, ys, strict=True):
-            ax.annotate(row["label"], (x, y), fontsize=7, xytext=(4, 4),
+        placed = sorted(zip(xs, ys, shown, strict=True), key=lambda p: (p[0], p[1]))
+        for turn, (x, y, row) in enumerate(placed):
+            dx, dy = LABEL_OFFSETS[turn % len(LABEL_OFFSETS)]
+            ax.annotate(row["label"], (x, y), fontsize=7, xytext=(dx, dy),
                         textcoords="offset points")  # fmt: skip
+        for row, x, y in zip(shown, xs, ys, strict=True):
             if row["deployed"]:
                 ax.scatter([x], [y], marker="D", s=140, facecolors="none", edgecolors="black",
                            linewidths=2, label="deployed flags", zorder=3)  # fmt: skip
@@ -129,8 +153,13 @@ def plot_pareto(
         ax.legend(unique.values(), unique.keys(), fontsize=8)
     ax.margins(x=0.3, y=0.1)  # room for the labels
     ax.set_xlabel(f"requests/s at the highest rate meeting the SLA (bars: {METHOD})")
-    ax.set_ylabel("p99 TTFT ms")
-    ax.set_title("winner: none" if best is None else f"winner: {best['label']}", fontsize=9)
+    plotted = [y for y in _plotted_ttfts(shown, rows, sla_ttft) if y > 0]
+    logarithmic = bool(plotted) and max(plotted) / min(plotted) > 10
+    if logarithmic:
+        ax.set_yscale("log")
+    ax.set_ylabel("p99 TTFT ms" + (" (log scale)" if logarithmic else ""))
+    winner = "winner: none" if best is None else f"winner: {best['label']}"
+    ax.set_title(f"{title}\n{winner}" if title else winner, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
