@@ -133,12 +133,15 @@ def latest(points: list[Point], window: Window) -> float | None:
     return value if math.isfinite(value) else None
 
 
+STEP_STYLES = ("-", "--", ":", "-.")
+
+
 def plot(report: Report, figure: Figure, path: Path) -> None:
     plt = plots.pyplot()
     label, factor = AXES[figure.unit]
     fig, ax = plt.subplots(figsize=(9, 4))
     services = report.services()
-    for key, points in sorted(report.series[figure.key].items()):
+    for turn, (key, points) in enumerate(sorted(report.series[figure.key].items())):
         colour = f"C{services.index(key) % 10}"
         xs, ys = with_gaps(points, report.window.step)
         when = [_datetime(x) for x in xs]
@@ -147,7 +150,11 @@ def plot(report: Report, figure: Figure, path: Path) -> None:
             name += f" ({report.growth[key].state})"
         values = [y * factor for y in ys]
         if figure.key in STEPPED:
-            ax.step(when, values, where="post", label=name, color=colour)
+            # Stepped series (up: 0 or 1) lie on each other: each next one thinner and dashed
+            # differently, so every host's line shows where they coincide.
+            ax.step(when, values, where="post", label=name, color=colour,
+                    linewidth=max(1.0, 5.0 - 1.5 * turn),
+                    linestyle=STEP_STYLES[turn % len(STEP_STYLES)])  # fmt: skip
         else:
             ax.plot(when, values, label=name, color=colour)
     for key, points in sorted(report.series["up"].items()):
