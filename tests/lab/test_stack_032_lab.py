@@ -44,6 +44,9 @@ SERVING, OLD, NEW = ("lab1", "lab2"), "cpu-vllm-0.12.0", "cpu-vllm-0.32.0"
 VERSION = {OLD: "0.12.0", NEW: "0.32.0"}
 STACK_RATE = 2.0  # chats a second through the gateway, for the whole of each move
 START_TIMEOUT = 900  # seconds each start may take before its gate fails (cpu default 300)
+# seconds the gate's completion may take: the 5th run's move back had lab1's fresh 0.12 engine
+# miss the default 120 s while lab2 carried the whole load on the two shared cores
+COMPLETION_TIMEOUT = 600
 
 
 def stack_inventory(tmp: Path, stack: str) -> Path:
@@ -55,6 +58,7 @@ def stack_inventory(tmp: Path, stack: str) -> Path:
     group.write_text(
         group.read_text()
         + f"\nacceldeploy_stack: {stack}\nvllm_service_start_timeout: {START_TIMEOUT}\n"
+        + f"vllm_service_gate_completion_timeout: {COMPLETION_TIMEOUT}\n"
     )
     return tmp / INVENTORY.name
 

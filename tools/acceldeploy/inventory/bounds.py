@@ -64,6 +64,7 @@ BOUNDS: dict[str, Bound] = {
     "gateway_retries": Bound(0, 10, "retries", note="each on another server"),
     "gateway_stats_port": Bound(0, 65535, "a TCP port", note="0 has no stats page"),
     "vllm_service_gate_max_tokens": Bound(1, 4096, "tokens"),
+    "vllm_service_gate_completion_timeout": Bound(1, DAY, "seconds"),
     "vllm_service_gate_retries": Bound(1, DAY // 5, "polls 5 s apart"),
     "gaudi_runtime_hccl_timeout": Bound(60, DAY, "seconds"),
     "monitor_prometheus_port": Bound(1, 65535, "a TCP port"),
