@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_run import run_playbook
-from labhost import ROOT, lab_cli, nft_drop, on_host, verify_report
+from labhost import ROOT, haproxy_servers, lab_cli, nft_drop, on_host, verify_report
 from test_gateway_rollout import Load
 from vllm_client import chat
 
@@ -158,11 +158,19 @@ def test_a_group_that_fails_its_gate_rolls_back_as_one(deployed: None, tmp_path:
     launchers = {host: digest for host, (_, digest) in group_state().items()}
     bad = changed_inventory(tmp_path, {"tokenizer": "/nonexistent/tokenizer"})
     run = run_playbook("site.yml", bad, timeout=2400)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "dp-group-rollback.log").write_text(run.output)
     assert not run.ok
     assert "did not become ready on lab1" in run.output, run.output[-6000:]
+    assert f"Rolled back on lab1: {SERVICE} serve again" in run.output, run.output[-6000:]
     said = f"Its group rolls back as one: lab2: {RANK} restarted on its last good unit"
     assert said in run.output, run.output[-6000:]
     assert {host: digest for host, (_, digest) in group_state().items()} == launchers
+    # back in the gateway's rotation, its gate passed again
+    deadline = time.monotonic() + 60
+    while haproxy_servers("lab3", SERVICE)["lab1"]["status"] != "UP":
+        assert time.monotonic() < deadline, haproxy_servers("lab3", SERVICE)
+        time.sleep(2)
     before = served_by_engine()
     for n in range(4):
         chat(BASE, SERVICE, f"Back {n}", max_tokens=4)
