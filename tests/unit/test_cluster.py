@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from unit_files import analyze_units
+from unit_files import analyze_host_plan
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import hosts_vars
@@ -18,7 +18,7 @@ from acceldeploy.planner.modelconfig import ModelArch
 from acceldeploy.planner.platforms import get_platform
 from acceldeploy.serving import cluster, hostplan
 from acceldeploy.serving.service import parse_service, parse_services
-from acceldeploy.serving.unit import UnitOptions, render_files
+from acceldeploy.serving.unit import render_files
 
 ROOT = Path(__file__).resolve().parents[2]
 ASCEND = str(ROOT / "inventory/examples/ascend-910b-2node")
@@ -200,13 +200,11 @@ def test_a_host_is_a_node_of_one_group_at_a_time():
 @pytest.mark.parametrize("host", ["npu-01", "npu-02"])
 def test_rendered_group_units_pass_systemd_analyze_verify(host, tmp_path):
     plan = hostplan.host_plan(inventory(ASCEND)[host])
-    options = UnitOptions(launcher_dir=str(tmp_path))
-    plan = hostplan.HostPlan(plan.platform, plan.services, plan.context, options)
-    units = [*plan.units(), *plan.node_units()]
     # the env's python (ray-wait's interpreter) is not on this machine: verify the rest
-    analyze_units(units, tmp_path, ("vllm-ready", "vllm-drain", "ray-wait"), drop=["ExecStartPre"])
-    assert {u.name for u in units} == ({"deepseek-r1", "ray-deepseek-r1"} if host == "npu-01"
-                                       else {"ray-deepseek-r1"})  # fmt: skip
+    names = analyze_host_plan(plan, tmp_path, ("vllm-ready", "vllm-drain", "ray-wait"),
+                              drop=["ExecStartPre"])  # fmt: skip
+    assert names == ({"deepseek-r1", "ray-deepseek-r1"} if host == "npu-01"
+                     else {"ray-deepseek-r1"})  # fmt: skip
     assert get_platform("ascend").ray_resource == "NPU"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unit_files import analyze_units
+from unit_files import analyze_host_plan
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import hosts_vars
@@ -22,7 +22,7 @@ from acceldeploy.monitor import targets
 from acceldeploy.planner.engineopts import engine_options
 from acceldeploy.serving import cluster, hostplan
 from acceldeploy.serving.service import parse_service
-from acceldeploy.serving.unit import UnitOptions, render_files
+from acceldeploy.serving.unit import render_files
 
 ROOT = Path(__file__).resolve().parents[2]
 DP = str(ROOT / "inventory/examples/ascend-910b-2node-dp")
@@ -112,13 +112,8 @@ def test_the_headless_rank_has_no_api_of_its_own() -> None:
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze here")
 @pytest.mark.parametrize("host", ["npu-01", "npu-02"])
 def test_rendered_units_pass_systemd_analyze_verify(host: str, tmp_path: Path) -> None:
-    plan = plans()[host]
-    plan = hostplan.HostPlan(plan.platform, plan.services, plan.context,
-                             UnitOptions(launcher_dir=str(tmp_path)))  # fmt: skip
-    units = [*plan.units(), *plan.node_units()]
-    analyze_units(units, tmp_path, ("vllm-ready", "vllm-drain"))
-    assert {u.name for u in units} == ({"qwen3-vl-235b"} if host == "npu-01"
-                                       else {"dp-qwen3-vl-235b"})  # fmt: skip
+    names = analyze_host_plan(plans()[host], tmp_path, ("vllm-ready", "vllm-drain"))
+    assert names == ({"qwen3-vl-235b"} if host == "npu-01" else {"dp-qwen3-vl-235b"})
 
 
 def test_the_nodes_must_agree_on_the_backend() -> None:

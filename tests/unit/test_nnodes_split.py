@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 import yaml
-from unit_files import analyze_units
+from unit_files import analyze_host_plan
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.monitor import targets
 from acceldeploy.planner.engineopts import engine_options
 from acceldeploy.serving import hostplan
-from acceldeploy.serving.unit import UnitOptions, render_files
+from acceldeploy.serving.unit import render_files
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "inventory/lab-split"
@@ -112,9 +112,5 @@ def test_the_monitor_watches_the_head_and_the_node_unit() -> None:
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze here")
 @pytest.mark.parametrize("host", ["lab1", "lab2"])
 def test_rendered_units_pass_systemd_analyze_verify(host: str, tmp_path: Path) -> None:
-    plan = plans()[host]
-    plan = hostplan.HostPlan(plan.platform, plan.services, plan.context,
-                             UnitOptions(launcher_dir=str(tmp_path)))  # fmt: skip
-    units = [*plan.units(), *plan.node_units()]
-    analyze_units(units, tmp_path, ("vllm-ready", "vllm-drain"))
-    assert {u.name for u in units} == ({"qwen3-vl-tp"} if host == "lab1" else {"node-qwen3-vl-tp"})
+    names = analyze_host_plan(plans()[host], tmp_path, ("vllm-ready", "vllm-drain"))
+    assert names == ({"qwen3-vl-tp"} if host == "lab1" else {"node-qwen3-vl-tp"})

@@ -37,3 +37,17 @@ def analyze_units(units: Iterable[Any], where: Path, helpers: Iterable[str],
                               capture_output=True, text=True, check=False)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert unit.name not in proc.stderr, proc.stderr
+
+
+def analyze_host_plan(plan: Any, where: Path, helpers: Iterable[str],
+                      drop: Iterable[str] = ()) -> set[str]:  # fmt: skip
+    """Every unit of one host plan (its vLLM services and node units), rendered with its
+    launchers in `where` and checked by analyze_units; their names."""
+    from acceldeploy.serving.hostplan import HostPlan
+    from acceldeploy.serving.unit import UnitOptions
+
+    plan = HostPlan(plan.platform, plan.services, plan.context,
+                    UnitOptions(launcher_dir=str(where)))  # fmt: skip
+    units = [*plan.units(), *plan.node_units()]
+    analyze_units(units, where, helpers, drop)
+    return {u.name for u in units}
