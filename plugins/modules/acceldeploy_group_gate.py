@@ -179,7 +179,7 @@ def local(module: AnsibleModule, host: str, gate: dict[str, Any]) -> dict[str, A
         "held": held_ports([int(p["port"]) for p in gate["free_ports"]]),
         "dials": [{**d, "outcome": dial(d["address"], int(d["port"]))} for d in gate["dials"]],
         "npus": [],
-        "hccn_conf": read(HCCN_CONF),
+        "hccn_conf": read(HCCN_CONF) if gate["npus"] else "",
         "hl_smi": hl_smi(module, gate) if gate.get("hpus") else {},
     }
     addresses: dict[str, str] = {}
