@@ -51,9 +51,12 @@ class Load:
     send time, latency and outcome (HTTP status, or the error)."""
 
     def __init__(
-        self, rate: float = RATE, endpoint: str = ENDPOINT, model: str = "qwen3-vl"
+        self, rate: float = RATE, endpoint: str = ENDPOINT, model: str = "qwen3-vl", key: str = ""
     ) -> None:
         self.rate, self.endpoint, self.model = rate, endpoint, model
+        self.headers = {"Content-Type": "application/json"}
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
         self.records: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=64)
@@ -63,7 +66,7 @@ class Load:
         body = {"model": self.model, "messages": [{"role": "user", "content": "Hello"}],
                 "max_tokens": 8}  # fmt: skip
         request = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+                                         headers=self.headers)  # fmt: skip
         outcome: str | int
         try:
             with urllib.request.urlopen(request, timeout=120) as resp:

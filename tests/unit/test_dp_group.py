@@ -156,11 +156,14 @@ def test_the_lab_inventory_is_a_two_node_mp_group() -> None:
     assert service["backend"] == "mp" and service["nodes"] == ["lab1", "lab2"]
 
 
-def test_the_headless_ranks_launcher_starts_its_watch_before_the_server() -> None:
+def test_the_heads_and_the_ranks_launchers_start_their_watch_before_the_server() -> None:
     (rank,) = plans()["npu-02"].node_units()
     launcher = render_files(rank)[rank.launcher_path]
-    watch = "/usr/bin/python3 /usr/local/libexec/acceldeploy/vllm-dp-watch 192.0.2.41 $$ 5 3 &"
+    helper = "/usr/bin/python3 /usr/local/libexec/acceldeploy/vllm-dp-watch"
+    watch = f"{helper} $$ 5 3 192.0.2.41 --head 192.0.2.41 --bind 192.0.2.42 &"
     assert watch in launcher
     assert launcher.index(watch) < launcher.index("\nexec ")
     (head,) = plans()["npu-01"].units()
-    assert "vllm-dp-watch" not in render_files(head)[head.launcher_path]
+    launcher = render_files(head)[head.launcher_path]
+    watch = f"{helper} $$ 5 3 192.0.2.42 --bind 192.0.2.41 &"
+    assert watch in launcher and launcher.index(watch) < launcher.index("\nexec ")

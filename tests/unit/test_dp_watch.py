@@ -1,6 +1,8 @@
-"""vllm-dp-watch (roles/vllm_service/files/), the watch a headless data-parallel rank's launcher
+"""vllm-dp-watch (roles/vllm_service/files/), the watch a data-parallel group node's launcher
 starts: it counts the established TCP connections of a process tree to the head's address,
-read from this machine's real /proc, and ends the rank once they are gone after it joined."""
+read from this machine's real /proc, and ends a rank once they are gone after it joined; it
+dials its peers, and ends the node once a peer that answered falls silent. A silent peer
+(a dropped path) is proved on the isolated lab (tests/lab/test_dp_isolated.py)."""
 
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ def test_a_rank_whose_head_went_away_is_ended() -> None:
         "time.sleep(120)\n")])  # fmt: skip
     accepted, _ = server.accept()
     watcher = subprocess.Popen(
-        [sys.executable, str(HELPER), HEAD, str(rank.pid), "0.2", "3"],
+        [sys.executable, str(HELPER), str(rank.pid), "0.2", "3", HEAD, "--head", HEAD],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -72,8 +74,29 @@ def test_a_rank_whose_head_went_away_is_ended() -> None:
         server.close()
         assert rank.wait(timeout=10) == -signal.SIGTERM
         _, err = watcher.communicate(timeout=10)
-        assert f"no connection to the head {HEAD} for 3 checks" in err
+        assert f"no connection to the head {HEAD} (it restarted or went away), for 3 checks" in err
     finally:
         for proc in (rank, watcher):
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_a_live_peer_answers_a_dial_whether_it_listens_or_resets() -> None:
+    watch = helper()
+    with socket.create_server((HEAD, 0)) as server:
+        assert watch.answers(HEAD, port=server.getsockname()[1])
+    assert watch.answers(HEAD, bind="127.0.0.32")  # nothing on DIAL_PORT: the kernel resets
+
+
+def test_only_a_peer_that_answered_before_counts_as_gone(monkeypatch: Any) -> None:
+    """Silence from a peer never seen (a node not up yet) is no reason to end this one; the same
+    silence after it answered is."""
+    watch = helper()
+    live = {"127.0.0.32": False}
+    monkeypatch.setattr(watch, "answers", lambda peer, bind="": live[peer])
+    node = watch.Watch(os.getpid(), ["127.0.0.32"])
+    assert node.problem() == ""
+    live["127.0.0.32"] = True
+    assert node.problem() == ""
+    live["127.0.0.32"] = False
+    assert node.problem().startswith("no answer from the group's node(s) 127.0.0.32")

@@ -24,8 +24,8 @@ WATCH = "vllm-dp-watch"
 # What a headless node runs: a whole replica's data-parallel rank (mp), or its node's share of
 # one replica's ranks (nnodes).
 PART = {"mp": "data-parallel rank", "nnodes": "node"}
-# Seconds between its checks, and checks in a row without a connection to the head: a rank
-# whose head went away is ended within ~15 s.
+# Seconds between its checks, and checks in a row that found the group broken: a node whose
+# peer vanished, or a rank whose head went away, is ended within ~15-25 s.
 WATCH_INTERVAL, WATCH_MISSES = 5, 3
 
 
@@ -60,9 +60,16 @@ def build_node(
 
 
 def watch(where: cluster.Place, platform: Platform, opts: UnitOptions | None = None) -> list[str]:
-    """The launcher's background watch of the rank (roles/vllm_service/files/vllm-dp-watch):
-    once joined, a rank whose head went away is ended, and systemd starts it again to join the
-    new head. The launcher decides whether it can watch (launchers.py before_exec)."""
+    """The launcher's background watch of its node (roles/vllm_service/files/vllm-dp-watch),
+    on the head and on every headless node: a node whose peer vanished (no answer to a dial)
+    ends its server, and so does a rank whose head restarted (its connection gone); systemd
+    starts them again and the group forms anew. The launcher decides whether it can watch
+    (launchers.py before_exec)."""
     helper = f"{(opts or UnitOptions()).launcher_dir}/{WATCH}"
-    line = f"{READY_PYTHON} {helper} {where.head_ip} $$ {WATCH_INTERVAL} {WATCH_MISSES} &"
+    peers = " ".join(ip for host, ip in where.ips.items() if host != where.host)
+    head = "" if where.is_head else f" --head {where.head_ip}"
+    line = (
+        f"{READY_PYTHON} {helper} $$ {WATCH_INTERVAL} {WATCH_MISSES} {peers}{head} "
+        f"--bind {where.ip} &"
+    )
     return launcher_for(platform).before_exec([line])

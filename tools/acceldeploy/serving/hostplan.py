@@ -20,7 +20,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.roledefaults import value
 from acceldeploy.planner.engineopts import platform_engine
 from acceldeploy.planner.platforms import Platform, get_platform
-from acceldeploy.serving import cluster, dpnode, raynode
+from acceldeploy.serving import cluster, dpnode, raynode, render
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import HostContext, Launch, render_service
 from acceldeploy.serving.service import Service, check_engine_values, parse_services
@@ -52,13 +52,12 @@ class HostPlan:
     context: HostContext
     unit_options: UnitOptions
 
+    def served(self) -> list[Service]:
+        """The services whose vLLM server runs here: its own and the groups it heads."""
+        return [s for s in self.services if not s.nodes or s.nodes[0] == self.context.host]
+
     def launches(self) -> list[Launch]:
-        """The vLLM servers this host runs: its own services and the groups it heads."""
-        return [
-            render_service(s, self.platform, self.context)
-            for s in self.services
-            if not s.nodes or s.nodes[0] == self.context.host
-        ]
+        return [render_service(s, self.platform, self.context) for s in self.served()]
 
     def node_units(self) -> list[ServiceUnit]:
         """The node unit of every multi-node service this host is a node of: its Ray node
@@ -72,8 +71,19 @@ class HostPlan:
         ]
 
     def units(self) -> list[ServiceUnit]:
-        root = self.context.models_root
-        return [build(launch, self.platform, root, self.unit_options) for launch in self.launches()]
+        """The servers' units; the head of a group with headless nodes watches its peers
+        (dpnode.watch), as each of them watches it."""
+        root, opts = self.context.models_root, self.unit_options
+        units = []
+        for service, launch in zip(self.served(), self.launches(), strict=True):
+            unit = build(launch, self.platform, root, opts)
+            if service.headless_nodes:
+                place = render.node_place(service, self.context)
+                unit = dataclasses.replace(
+                    unit, before_exec=dpnode.watch(place, self.platform, opts)
+                )
+            units.append(unit)
+        return units
 
 
 def _set(hostvars: Mapping[str, Any], name: str) -> Any:
