@@ -33,7 +33,7 @@ from acceldeploy.secrets import mask
 
 # The subcommands, in the order `acceldeploy --help` lists them.
 COMMANDS: tuple[str, ...] = (
-    "plan", "verify", "bench", "tune", "top", "report", "dashboards", "bundle", "lab"
+    "init", "plan", "verify", "bench", "tune", "top", "report", "dashboards", "bundle", "lab"
 )  # fmt: skip
 
 DESCRIPTION = (

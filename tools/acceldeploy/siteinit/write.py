@@ -1,0 +1,68 @@
+"""The inventory directory `acceldeploy init` writes: the skeletons (acceldeploy/skeletons/
+inventory/, the repository's top-level templates/) rendered with what draft.py decided, into a
+new directory beside the target that replaces nothing unless asked, then renamed into place."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+SKELETONS = Path(__file__).resolve().parent.parent / "skeletons" / "inventory"
+
+
+class _Dumper(yaml.SafeDumper):
+    """Lists indented under their key, as the example inventories write them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def to_yaml(value: Any) -> str:
+    text = yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+    return text.rstrip()
+
+
+def render(context: Mapping[str, Any]) -> dict[str, str]:
+    """{relative path: text} of every skeleton."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(SKELETONS),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["to_yaml"] = to_yaml
+    out = {}
+    for template in sorted(SKELETONS.rglob("*.j2")):
+        relative = template.relative_to(SKELETONS).as_posix()
+        text = env.get_template(relative).render(**context)
+        out[relative.removesuffix(".j2")] = text.rstrip() + "\n"
+    return out
+
+
+def write(out: Path, files: Mapping[str, str], force: bool) -> None:
+    """The files into `out`, whole or not at all."""
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pick another site name, or --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        for relative, text in files.items():
+            path = staging / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        os.chmod(staging, 0o755)
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
