@@ -14,7 +14,7 @@ from pathlib import Path
 from types import FrameType
 
 from acceldeploy.downloads import wheelhouse
-from acceldeploy.lab import hosts, mirror, rootfs, stack, wheelserver
+from acceldeploy.lab import cpupin, hosts, mirror, rootfs, stack, wheelserver
 from acceldeploy.lab.inventory import drop_hosts
 from acceldeploy.lab.prereq import MIN_FREE_GB, PrereqError
 from acceldeploy.lab.rootfs import RootfsError
@@ -148,6 +148,12 @@ def configure(top: argparse.ArgumentParser) -> None:
     )
     wheels_cmd.add_argument("action", choices=("start", "stop", "status", "served"))
     wheels_cmd.add_argument("--port", type=int, default=wheelserver.DEFAULT_PORT)
+    pin = sub.add_parser(
+        "pin",
+        help="each running host on a CPU of its own (lab<i>: CPU i-1 mod N), as separate "
+        "machines; --off: all CPUs again",
+    )
+    pin.add_argument("--off", action="store_true")
     ssh = sub.add_parser("ssh", help="ssh into a host as root: ssh lab1 [CMD...]")
     ssh.add_argument("host")
     ssh.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -211,6 +217,9 @@ def run(args: argparse.Namespace, prog: str = "lab") -> int:
             print(json.dumps(_mirror(args.action, args.port), indent=2))
         elif args.lab_command == "wheels":
             print(json.dumps(_wheels(args.action, args.port), indent=2))
+        elif args.lab_command == "pin":
+            for name, where in cpupin.pin(paths, off=args.off).items():
+                print(f"{name}: {where}")
         elif args.lab_command == "ssh":
             argv_ssh = hosts.ssh_command(paths, args.host, args.cmd)
             sys.stdout.flush()
