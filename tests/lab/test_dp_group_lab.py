@@ -66,14 +66,12 @@ def served_by_engine() -> dict[str, float]:
 @pytest.fixture(scope="module")
 def deployed() -> Iterator[None]:
     lab_cli("up", "--hosts", "2", "--gateways", "1")
-    lab_cli("pin")  # each host on a core of its own, as on a fleet (acceldeploy/lab/cpupin.py)
     try:
         run = run_playbook("site.yml", INVENTORY, timeout=2400)
         assert run.ok, run.output[-8000:]
         yield
     finally:
         lab_cli("down", "--host", "lab3")
-        lab_cli("pin", "--off")
 
 
 def main_pid(host: str, unit: str) -> str:

@@ -75,7 +75,6 @@ def isolated_inventory(tmp: Path) -> Path:
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     lab_cli("down")
     lab_cli("up", "--isolated", "--hosts", "2")
-    lab_cli("pin")  # each host on a core of its own, as on a fleet (acceldeploy/lab/cpupin.py)
     inventory = isolated_inventory(tmp_path_factory.mktemp("dp-isolated"))
     bundle = CACHE / "bundles" / "lab-dp"
     try:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from ansible_run import run_playbook
-from labhost import ROOT, lab_cli, on_host, verify_report
+from labhost import ROOT, on_host, verify_report
 from vllm_client import chat
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -24,13 +24,9 @@ BASE = "http://127.0.0.1:8031"
 
 @pytest.fixture(scope="module")
 def deployed() -> Iterator[None]:
-    lab_cli("pin")  # each host on a core of its own, as on a fleet (acceldeploy/lab/cpupin.py)
-    try:
-        run = run_playbook("site.yml", INVENTORY, timeout=3600)
-        assert run.ok, run.output[-8000:]
-        yield
-    finally:
-        lab_cli("pin", "--off")
+    run = run_playbook("site.yml", INVENTORY, timeout=3600)
+    assert run.ok, run.output[-8000:]
+    yield
 
 
 def test_one_model_split_over_two_hosts_answers(deployed: None) -> None:

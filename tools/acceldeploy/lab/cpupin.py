@@ -9,8 +9,9 @@ was ready in 17 s and answered in 13 s.
 
 lab<i> gets CPU (i - 1) mod N. Every thread of every process in the host's cgroup is set, the
 host's systemd included, so what it starts later inherits it; `pin --off` gives every host all
-CPUs again. The proofs that run engines on two hosts under load pin the lab for their
-duration (tests/lab/test_stack_032_lab.py, the data-parallel group's)."""
+CPUs again. The stack proof (tests/lab/test_stack_032_lab.py) pins the lab for its duration.
+A data-parallel rank cannot run pinned: vLLM 0.12's CPU worker binds a DP rank's threads by
+NUMA node and refuses a one-CPU host ("No enough allowed NUMA nodes to bind threads")."""
 
 from __future__ import annotations
 
