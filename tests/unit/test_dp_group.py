@@ -167,3 +167,10 @@ def test_the_heads_and_the_ranks_launchers_start_their_watch_before_the_server()
     launcher = render_files(head)[head.launcher_path]
     watch = f"{helper} $$ 5 3 192.0.2.42 --bind 192.0.2.41 &"
     assert watch in launcher and launcher.index(watch) < launcher.index("\nexec ")
+
+
+def test_the_heads_gate_sends_two_prompts_per_engine_so_every_engine_has_served() -> None:
+    (head,) = plans()["npu-01"].units()
+    assert head.gate_prompts == 4  # two nodes, one engine each
+    (rank,) = plans()["npu-02"].node_units()
+    assert rank.gate_prompts == 1 and not rank.health_url  # no API server: never gated

@@ -80,7 +80,9 @@ class HostPlan:
             if service.headless_nodes:
                 place = render.node_place(service, self.context)
                 unit = dataclasses.replace(
-                    unit, before_exec=dpnode.watch(place, self.platform, opts)
+                    unit,
+                    before_exec=dpnode.watch(place, self.platform, opts),
+                    gate_prompts=2 * service.engines,
                 )
             units.append(unit)
         return units

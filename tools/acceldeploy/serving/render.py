@@ -199,7 +199,7 @@ def group_options(service: Service, place: cluster.Place | None) -> dict[str, An
         }
         return {**split, "headless": True} if not place.is_head else split
     options: dict[str, Any] = {
-        "data-parallel-size": len(service.nodes),
+        "data-parallel-size": service.engines,
         "data-parallel-size-local": 1,
         "data-parallel-address": place.head_ip,
         "data-parallel-rpc-port": service.cluster_port,

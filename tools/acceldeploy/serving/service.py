@@ -191,6 +191,11 @@ class Service:
         return self.backend == MP
 
     @property
+    def engines(self) -> int:
+        """The engines its API server spreads requests over: one per data-parallel rank."""
+        return len(self.nodes) if self.data_parallel else 1
+
+    @property
     def headless_nodes(self) -> bool:
         """vLLM's own multiprocessing over the nodes (mp, nnodes): the head serves the API, every
         other node runs a headless part of the group."""

@@ -160,6 +160,10 @@ class ServiceUnit:
     before_exec: list[str] = dataclasses.field(default_factory=list)
     # A group's readiness gate on this node (cluster.gate_spec), on the group's first unit here.
     readiness: dict[str, Any] | None = None
+    # Prompts of the serving gate's one completion request: two per engine behind the API
+    # server, so that each engine's first forward pass (~14 s on the lab, per engine) is done
+    # before the gateway sends it traffic.
+    gate_prompts: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
