@@ -10,7 +10,7 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,37 @@ def lab_cli(*args: str, timeout: float = 900) -> None:
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@contextmanager
+def offline_isolated_lab(
+    write_inventory: Callable[[], Path], bundle: Path, *up: str
+) -> Iterator[Path]:
+    """The isolated lab (`tools/lab.py up --isolated *up`) with nothing to install from but an
+    offline bundle: once the hosts are up, `write_inventory()` writes the inventory, the bundle
+    is built for it into `bundle` with the lab's mirror up, then the mirror and the wheel
+    server stop. Yields the inventory; the shared-network lab (mirror, wheel server, 2 hosts)
+    is back at the end."""
+    lab_cli("down")
+    lab_cli("up", "--isolated", *up)
+    try:
+        inventory = write_inventory()
+        lab_cli("mirror", "start")
+        built = subprocess.run(
+            [sys.executable, "-m", "acceldeploy", "bundle", "build", "-i", str(inventory),
+             "--out", str(bundle)],
+            capture_output=True, text=True, timeout=1800,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "tools")},
+        )  # fmt: skip
+        assert built.returncode == 0, built.stderr[-3000:]
+        lab_cli("mirror", "stop")
+        lab_cli("wheels", "stop")
+        yield inventory
+    finally:
+        lab_cli("down")
+        lab_cli("mirror", "start")
+        lab_cli("wheels", "start")
+        lab_cli("up", "--hosts", "2")
 
 
 def verify_report(inventory: Path, *args: str) -> tuple[int, dict[str, Any]]:

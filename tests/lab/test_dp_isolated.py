@@ -23,8 +23,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -34,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible_run import run_playbook
-from labhost import INVENTORY, ROOT, lab_cli, nft_drop, on_host, verify_report
+from labhost import INVENTORY, ROOT, nft_drop, offline_isolated_lab, on_host, verify_report
 from test_gateway_rollout import Load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -75,29 +73,12 @@ def isolated_inventory(tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    lab_cli("down")
-    lab_cli("up", "--isolated", "--hosts", "2")
-    inventory = isolated_inventory(tmp_path_factory.mktemp("dp-isolated"))
     bundle = CACHE / "bundles" / "lab-dp"
-    try:
-        lab_cli("mirror", "start")
-        built = subprocess.run(
-            [sys.executable, "-m", "acceldeploy", "bundle", "build", "-i", str(inventory),
-             "--out", str(bundle)],
-            capture_output=True, text=True, timeout=1800,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "tools")},
-        )  # fmt: skip
-        assert built.returncode == 0, built.stderr[-3000:]
-        lab_cli("mirror", "stop")
-        lab_cli("wheels", "stop")
+    tmp = tmp_path_factory.mktemp("dp-isolated")
+    with offline_isolated_lab(lambda: isolated_inventory(tmp), bundle, "--hosts", "2") as inventory:
         run = run_playbook("site.yml", inventory, {"acceldeploy_bundle": str(bundle)}, timeout=3600)
         assert run.ok, run.output[-8000:]
         yield inventory, bundle
-    finally:
-        lab_cli("down")
-        lab_cli("mirror", "start")
-        lab_cli("wheels", "start")
-        lab_cli("up", "--hosts", "2")
 
 
 def chat(content: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_run import run_playbook
-from labhost import INVENTORY, ROOT, haproxy_servers, lab_cli, on_host
+from labhost import INVENTORY, ROOT, haproxy_servers, offline_isolated_lab, on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -66,27 +66,11 @@ def private_inventory(tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    lab_cli("down")
-    lab_cli("up", "--isolated", "--hosts", "2", "--gateways", "2")
-    inventory = private_inventory(tmp_path_factory.mktemp("isolated-gateway"))
     bundle = CACHE / "bundles" / "lab-gateway"
-    try:
-        lab_cli("mirror", "start")
-        built = subprocess.run(
-            [sys.executable, "-m", "acceldeploy", "bundle", "build", "-i", str(inventory),
-             "--out", str(bundle)],
-            capture_output=True, text=True, timeout=1800,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "tools")},
-        )  # fmt: skip
-        assert built.returncode == 0, built.stderr[-3000:]
-        lab_cli("mirror", "stop")
-        lab_cli("wheels", "stop")
+    tmp = tmp_path_factory.mktemp("isolated-gateway")
+    up = ("--hosts", "2", "--gateways", "2")
+    with offline_isolated_lab(lambda: private_inventory(tmp), bundle, *up) as inventory:
         yield inventory, bundle
-    finally:
-        lab_cli("down")
-        lab_cli("mirror", "start")
-        lab_cli("wheels", "start")
-        lab_cli("up", "--hosts", "2")
 
 
 def reach(host: str, url: str, key: str | None = None) -> str:
