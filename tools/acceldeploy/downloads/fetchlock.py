@@ -156,7 +156,7 @@ def _size_mb(directory: Path) -> float:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file()) / 1e6
 
 
-def _put_in_place(tmp: Path, dest: Path) -> None:
+def put_in_place(tmp: Path, dest: Path) -> None:
     """Renames ``tmp`` to ``dest``; a previous ``dest`` goes (there is never a partial one)."""
     old = None
     if dest.exists():
@@ -196,7 +196,7 @@ def download(
             return 1
         _say(start, f"downloaded {len(wheels)} wheels, {_size_mb(tmp):.1f} MB")
         tmp.chmod(0o755)
-        _put_in_place(tmp, dest)
+        put_in_place(tmp, dest)
         _say(start, f"{dest}: complete")
         return 0
     finally:

@@ -14,6 +14,8 @@ from typing import Any
 import jinja2
 import yaml
 
+from acceldeploy.downloads.fetchlock import put_in_place
+
 SKELETONS = Path(__file__).resolve().parent.parent / "skeletons" / "inventory"
 
 
@@ -60,9 +62,7 @@ def write(out: Path, files: Mapping[str, str], force: bool) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
         os.chmod(staging, 0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
+        put_in_place(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
