@@ -8,6 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import acceldeploy
 from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds, groups, varcheck
@@ -205,7 +206,7 @@ def acceldeploy_target(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]
 def _code_digest() -> str:
     if not (REPO / "roles").is_dir():  # a digest of nothing would never change
         raise AcceldeployError(f"no roles/ in {REPO}: acceldeploy's code digest needs them")
-    return drift.code_digest(str(REPO))
+    return drift.code_digest(str(REPO), str(Path(acceldeploy.__file__).parent))
 
 
 def acceldeploy_state_key(inputs: Any) -> str:

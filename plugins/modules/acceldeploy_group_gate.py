@@ -68,18 +68,14 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
-try:
-    from ansible.module_utils.acceldeploy.readiness import gate as readiness
-    from ansible.module_utils.acceldeploy.readiness import hccn, hlports
-except ImportError:
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
-        gate as readiness,
-    )
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
-        hccn,
-        hlports,
-    )
+# The host-side code: the collection's module_utils (tools/acceldeploy), zipped by AnsiballZ.
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
+    gate as readiness,
+)
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
+    hccn,
+    hlports,
+)
 
 HCCN_CONF = "/etc/hccn.conf"
 

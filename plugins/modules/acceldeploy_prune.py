@@ -76,12 +76,10 @@ kept:
 import os
 import shutil
 
-# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
-try:
-    from ansible.module_utils.acceldeploy.state import prune
-except ImportError:
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.state import prune
 from ansible.module_utils.basic import AnsibleModule
+
+# The host-side code: the collection's module_utils (tools/acceldeploy), zipped by AnsiballZ.
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.state import prune
 
 
 def main() -> None:

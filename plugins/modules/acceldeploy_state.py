@@ -83,12 +83,10 @@ written:
 
 import os
 
-# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
-try:
-    from ansible.module_utils.acceldeploy.state import drift
-except ImportError:
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.state import drift
 from ansible.module_utils.basic import AnsibleModule
+
+# The host-side code: the collection's module_utils (tools/acceldeploy), zipped by AnsiballZ.
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.state import drift
 
 
 def main() -> None:

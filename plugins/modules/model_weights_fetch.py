@@ -1,6 +1,6 @@
 #!/usr/bin/python
 """Thin Ansible adapter over acceldeploy.fetch (tools/acceldeploy/fetch/), which Ansible ships
-inside this module's payload as module_utils (ansible.cfg: module_utils = tools)."""
+inside this module's payload from the collection's module_utils."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ short_description: Download, verify and atomically publish model weights on a ho
 description:
   - Runs with the fetch venv's interpreter (huggingface_hub and modelscope installed). All
     decisions live in tools/acceldeploy/fetch/ (unit-tested on the controller), which Ansible
-    zips into this module's payload as C(ansible.module_utils.acceldeploy.fetch) because
-    ansible.cfg sets C(module_utils = tools); nothing is installed on the host for it.
+    zips into this module's payload from the collection's C(plugins/module_utils/acceldeploy);
+    nothing is installed on the host for it.
   - I(state=present) plans every model (manifest, hub listing, staging), checks free space
     for all of them before any byte is downloaded, then downloads into a staging directory,
     verifies sizes and hub hashes, and publishes with an atomic rename or exchange.
@@ -150,32 +150,25 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
-try:
-    from ansible.module_utils.acceldeploy.errors import AcceldeployError
-    from ansible.module_utils.acceldeploy.fetch.common import Layout
-    from ansible.module_utils.acceldeploy.fetch.plan import check_space
-    from ansible.module_utils.acceldeploy.fetch.run import plan_host, request_from_params, run
-    from ansible.module_utils.acceldeploy.fetch.seed import start_seed_server, stop_seed_server
-except ImportError:
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.errors import (
-        AcceldeployError,
-    )
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.common import (  # noqa: E501
-        Layout,
-    )
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.plan import (
-        check_space,
-    )
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.run import (
-        plan_host,
-        request_from_params,
-        run,
-    )
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.seed import (
-        start_seed_server,
-        stop_seed_server,
-    )
+# The host-side code: the collection's module_utils (tools/acceldeploy), zipped by AnsiballZ.
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.errors import (
+    AcceldeployError,
+)
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.common import (
+    Layout,
+)
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.plan import (
+    check_space,
+)
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.run import (
+    plan_host,
+    request_from_params,
+    run,
+)
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.seed import (
+    start_seed_server,
+    stop_seed_server,
+)
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "state": {

@@ -80,24 +80,19 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-# module_utils: ansible.cfg's (a checkout), else the installed collection's (both ship).
-try:
-    from ansible.module_utils.acceldeploy.errors import AcceldeployError
-    from ansible.module_utils.acceldeploy.fetch.envcopy import SERVER, make_env_server, pull_env
-    from ansible.module_utils.acceldeploy.fetch.seed import start_daemon, stop_daemon
-except ImportError:
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.errors import (
-        AcceldeployError,
-    )
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.envcopy import (  # noqa: E501
-        SERVER,
-        make_env_server,
-        pull_env,
-    )
-    from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.seed import (
-        start_daemon,
-        stop_daemon,
-    )
+# The host-side code: the collection's module_utils (tools/acceldeploy), zipped by AnsiballZ.
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.errors import (
+    AcceldeployError,
+)
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.envcopy import (
+    SERVER,
+    make_env_server,
+    pull_env,
+)
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.seed import (
+    start_daemon,
+    stop_daemon,
+)
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "state": {"type": "str", "choices": ["serving", "stopped", "pulled"], "required": True},

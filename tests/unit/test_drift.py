@@ -91,6 +91,21 @@ def test_the_key_follows_inputs_and_code(tmp_path: Path) -> None:
     assert drift.code_digest(str(tmp_path)) != before
 
 
+def test_the_key_follows_the_installed_package_apart_from_the_collection(tmp_path: Path) -> None:
+    """A wheel upgraded without the collection (or the other way round) changes the key."""
+    collection, package = tmp_path / "collection", tmp_path / "site-packages" / "acceldeploy"
+    (collection / "roles/r/tasks").mkdir(parents=True)
+    (collection / "roles/r/tasks/main.yml").write_text("---\n")
+    (package / "lab").mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "0.1.0"\n')
+    before = drift.code_digest(str(collection), str(package))
+    assert before != drift.code_digest(str(collection))
+    (package / "lab" / "x.py").write_text("pass\n")
+    assert drift.code_digest(str(collection), str(package)) == before
+    (package / "__init__.py").write_text('__version__ = "0.1.1"\n')
+    assert drift.code_digest(str(collection), str(package)) != before
+
+
 def test_host_tuning_watches_what_it_writes_and_what_it_sets_live() -> None:
     from acceldeploy import hosttuning
 

@@ -1,6 +1,6 @@
-"""plugins/modules/model_weights_fetch.py gets its code through Ansible's module_utils: ansible.cfg's
-``module_utils = tools`` and AnsiballZ zip tools/acceldeploy/fetch (and the ``..modelref`` and
-``..errors`` it imports) into the module's payload. Here the module runs through a real
+"""plugins/modules/model_weights_fetch.py gets its code through the collection's module_utils:
+AnsiballZ zips plugins/module_utils/acceldeploy/fetch (tools/acceldeploy/fetch, and the
+``..modelref`` and ``..errors`` it imports) into the module's payload. Here the module runs through a real
 ``ansible`` ad-hoc call on this machine (local connection), its payload is unpacked and
 listed, and the shipped files are held to what a host can run: the standard library, relative
 imports, Python 3.9."""
@@ -120,13 +120,12 @@ def test_module_runs_from_its_payload(tmp_path):
     out = subprocess.run(
         [sys.executable, str(payload), "explode"], capture_output=True, text=True, check=True
     )
-    unpacked = Path(out.stdout.split()[-1]) / "ansible" / "module_utils" / "acceldeploy"
-    assert {p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*.py")} == SHIPPED
-    # ... and the same files as the collection's module_utils, which an installed collection
-    # runs from (plugins/module_utils/acceldeploy; a checkout resolves both)
-    collection = Path(out.stdout.split()[-1]) / "ansible_collections" / "acceldeploy" / "fleet"
+    unpacked = Path(out.stdout.split()[-1])
+    collection = unpacked / "ansible_collections" / "acceldeploy" / "fleet"
     shipped = collection / "plugins" / "module_utils" / "acceldeploy"
     assert {p.relative_to(shipped).as_posix() for p in shipped.rglob("*.py")} == SHIPPED
+    # one import root: nothing of acceldeploy as ansible.module_utils
+    assert not (unpacked / "ansible" / "module_utils" / "acceldeploy").exists()
 
     # A damaged file is found by the shipped code too.
     with (directory / "sub" / "w.safetensors").open("r+b") as fh:

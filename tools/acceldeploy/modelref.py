@@ -14,8 +14,8 @@ rule for the published directory, ``<root>/<org>/<name>@<revision or main>``: th
 vLLM unit gets and the directory model_weights publishes. Without a revision the directory
 is ``@main`` whatever the source (the name on disk predates per-source default branches).
 
-This file is also shipped to the hosts inside the model_weights_fetch module (ansible.cfg's
-``module_utils = tools`` makes it ``ansible.module_utils.acceldeploy.modelref``), so it
+This file is also shipped to the hosts inside the model_weights_fetch module (the collection's
+module_utils: ``ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy``), so it
 imports only the standard library and ``.errors``, relatively, and keeps to Python 3.9.
 """
 

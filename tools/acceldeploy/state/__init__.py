@@ -3,5 +3,5 @@ its comparison (drift), which old environment builds and model revisions may go 
 what a service would switch to (switch).
 
 drift and prune run on the hosts too, inside the acceldeploy_state and acceldeploy_prune
-modules (ansible.cfg's ``module_utils = tools``), which ship this file with them: it imports
+modules (the collection's module_utils), which ship this file with them: it imports
 nothing, and those two keep to the standard library and Python 3.9."""

@@ -198,22 +198,29 @@ def write_record(path: str, content: Mapping[str, Any]) -> bool:
     return True
 
 
-def code_digest(root: str) -> str:
-    """sha256 over acceldeploy's deciding code and data under ``root`` (the repository)."""
+def code_digest(root: str, package: str = "") -> str:
+    """sha256 over acceldeploy's deciding code and data under ``root`` (the collection), and
+    the controller's installed ``package`` (the acceldeploy wheel, upgraded on its own)."""
     digest = hashlib.sha256()
     for top in ("roles", *CODE_DIRS):
-        for parent, dirs, names in os.walk(os.path.join(root, top)):
-            rel = os.path.relpath(parent, root)
-            skip = {"__pycache__", *CODE_SKIP.get(rel, ())}
-            dirs[:] = sorted(d for d in dirs if d not in skip)
-            for name in sorted(names):
-                if name.endswith(".pyc"):
-                    continue
-                path = os.path.join(parent, name)
-                digest.update(os.path.relpath(path, root).encode() + b"\0")
-                with open(path, "rb") as handle:
-                    digest.update(hashlib.sha256(handle.read()).digest())
+        _digest_tree(digest, root, top, CODE_SKIP.get(top, set()))
+    if package:
+        digest.update(b"package\0")
+        _digest_tree(digest, os.path.dirname(package), os.path.basename(package), {"lab"})
     return digest.hexdigest()
+
+
+def _digest_tree(digest: Any, root: str, top: str, skip_below: set[str]) -> None:
+    for parent, dirs, names in os.walk(os.path.join(root, top)):
+        skip = {"__pycache__", *(skip_below if parent == os.path.join(root, top) else ())}
+        dirs[:] = sorted(d for d in dirs if d not in skip)
+        for name in sorted(names):
+            if name.endswith(".pyc"):
+                continue
+            path = os.path.join(parent, name)
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as handle:
+                digest.update(hashlib.sha256(handle.read()).digest())
 
 
 def whole_run(run_tags: Iterable[str], skip_tags: Iterable[str], check_mode: bool) -> bool:

@@ -1,0 +1,35 @@
+"""Ansible adapter over acceldeploy.removal (tools/acceldeploy/removal/): playbooks/remove.yml's
+plan, decided on the controller before any host changes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from acceldeploy.inventory import groups
+from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.removal import plan
+
+
+def acceldeploy_removal_plan(
+    choice: Mapping[str, Any],
+    hostvars: Mapping[str, Any],
+    inventory_groups: Mapping[str, Any],
+) -> dict[str, Any]:
+    """{service, model, host} | acceldeploy_removal_plan(hostvars, groups): what each host
+    loses and what the fleet keeps."""
+    views, others = {}, {}
+    for host in plain(list(inventory_groups.get("all") or [])):
+        names = plain(list(hostvars[host].get("group_names") or []))
+        role = next((g for g in groups.NOT_SERVING if g in names), "")
+        if role:
+            others[host] = role
+            continue
+        got = hostvars[host]
+        views[host] = {k: plain(got[k]) for k in plan.HOST_VARS if k in got}
+    return plan.plan(plain(dict(choice)), views, others).to_dict()
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return filters(acceldeploy_removal_plan)

@@ -1,0 +1,1 @@
+../../../tools/acceldeploy/bench/unitmemory.py

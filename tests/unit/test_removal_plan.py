@@ -1,0 +1,140 @@
+"""What playbooks/remove.yml takes out (acceldeploy.removal.plan): each refusal names the
+variable and the fix; a service's files are named by convention; model revisions and
+environments are candidates only where no remaining service needs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.removal.plan import plan
+
+MODEL = "acceldeploy/tiny-qwen3-vl"
+DIR = f"/models/{MODEL}@main"
+
+
+def svc(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "model": MODEL, "source": "hf", "revision": "main", **extra}
+
+
+def host(*services: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"acceldeploy_platform": "cpu", "acceldeploy_services": list(services), **extra}
+
+
+SEEDED = {"model_weights_strategy": "seed", "model_weights_seed_host": "lab1"}
+
+
+def fleet(**hosts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return hosts
+
+
+def test_exactly_one_choice_is_asked_for() -> None:
+    with pytest.raises(AcceldeployError, match="set exactly one of acceldeploy_remove_service"):
+        plan({"service": "", "model": "", "host": ""}, fleet(lab1=host(svc("a"))), {})
+    with pytest.raises(AcceldeployError, match="got acceldeploy_remove_service, "):
+        plan({"service": "a", "host": "lab1"}, fleet(lab1=host(svc("a"))), {})
+
+
+def test_a_service_takes_its_units_and_files_and_keeps_what_another_service_uses() -> None:
+    views = fleet(lab1=host(svc("a"), svc("b")), lab2=host(svc("a")))
+    removal = plan({"service": "b"}, views, {})
+    assert list(removal.hosts) == ["lab1"]
+    lab1 = removal.hosts["lab1"]
+    assert "b.service" in lab1.units and "dp-b.service" in lab1.units
+    assert "/etc/systemd/system/b.service" in lab1.files
+    assert "/usr/local/libexec/acceldeploy/b.launch" in lab1.files
+    assert "/etc/acceldeploy/secrets/b.env" in lab1.files
+    assert lab1.dirs == ["/var/lib/acceldeploy-vllm/b"]
+    assert lab1.models == [] and lab1.envs == []  # a still serves from them
+    assert removal.remaining == {"lab1": [svc("a")], "lab2": [svc("a")]}
+
+
+def test_the_last_service_of_a_host_takes_its_model_and_environment() -> None:
+    removal = plan({"service": "a"}, fleet(lab1=host(svc("a")), lab2=host(svc("a"))), {})
+    assert set(removal.hosts) == {"lab1", "lab2"}
+    for part in removal.hosts.values():
+        assert part.models == [DIR]
+        assert part.envs == ["/opt/acceldeploy/venv-????????????", "/opt/acceldeploy/venv-in-place"]
+        assert part.env_links == ["/opt/acceldeploy/venv"]
+        assert "/var/lib/acceldeploy/state/python_env.json" in part.records
+
+
+def test_a_seed_keeps_the_revision_the_other_hosts_serve() -> None:
+    views = fleet(lab1=host(svc("a"), svc("b", model="other/m"), **SEEDED),
+                  lab2=host(svc("b", model="other/m"), **SEEDED))  # fmt: skip
+    assert plan({"service": "a"}, views, {}).hosts["lab1"].models == [DIR]
+    views["lab2"]["acceldeploy_services"].append(svc("c"))
+    assert plan({"service": "a"}, views, {}).hosts["lab1"].models == []
+
+
+def test_shared_storage_leaves_the_models_to_the_model_choice() -> None:
+    views = fleet(lab1=host(svc("a"), model_weights_shared_storage=True),
+                  lab2=host(svc("x", model="other/m"), model_weights_shared_storage=True))  # fmt: skip
+    assert plan({"service": "a"}, views, {}).hosts["lab1"].models == []
+    removal = plan({"model": "gone/m@abc"}, views, {})
+    assert list(removal.hosts) == ["lab1"] and removal.shared_once
+
+
+def test_a_service_the_inventory_no_longer_lists_is_looked_for_on_every_host() -> None:
+    removal = plan({"service": "old"}, fleet(lab1=host(svc("a")), lab2=host()), {})
+    assert set(removal.hosts) == {"lab1", "lab2"}
+    assert removal.hosts["lab1"].models == [] and removal.hosts["lab2"].envs
+
+
+def test_a_service_name_is_checked() -> None:
+    with pytest.raises(AcceldeployError, match="acceldeploy_remove_service: 'Bad Name'"):
+        plan({"service": "Bad Name"}, fleet(lab1=host(svc("a"))), {})
+
+
+def test_a_revision_a_service_serves_is_refused_naming_the_service() -> None:
+    views = fleet(lab1=host(svc("a")), lab2=host(svc("b", revision="abc")))
+    with pytest.raises(
+        AcceldeployError, match=r"service b on lab2 serves .*@abc: remove the service"
+    ):
+        plan({"model": f"{MODEL}@abc"}, views, {})
+    removal = plan({"model": f"{MODEL}@old"}, views, {})
+    assert removal.hosts["lab1"].models == [f"/models/{MODEL}@old"]
+    assert removal.target == f"{MODEL}@old"
+
+
+def test_a_model_without_a_revision_means_main() -> None:
+    with pytest.raises(AcceldeployError, match="service a on lab1 serves"):
+        plan({"model": MODEL}, fleet(lab1=host(svc("a"))), {})
+
+
+def test_a_host_takes_everything_and_leaves_the_fleet_views() -> None:
+    views = fleet(lab1=host(svc("a"), **SEEDED), lab2=host(svc("a"), **SEEDED))
+    removal = plan({"host": "lab2"}, views, {"lab3": "gateways"})
+    assert removal.removed_hosts == ["lab2"] and set(removal.remaining) == {"lab1"}
+    lab2 = removal.hosts["lab2"]
+    assert lab2.whole_host and lab2.models == [DIR] and lab2.envs
+    assert "prometheus-node-exporter.service" in lab2.units
+    assert "/usr/local/libexec/acceldeploy" in lab2.dirs
+    assert lab2.records == ["/var/lib/acceldeploy/state"]
+
+
+@pytest.mark.parametrize(
+    ("target", "views", "others", "message"),
+    [
+        ("lab1", fleet(lab1=host(svc("a"), **SEEDED), lab2=host(svc("a"), **SEEDED)), {},
+         "lab1 is model_weights_seed_host.*set model_weights_seed_host to one of them"),
+        ("lab2", fleet(lab1=host(svc("g", nodes=["lab1", "lab2"], backend="mp")),
+                       lab2=host(svc("g", nodes=["lab1", "lab2"], backend="mp"))), {},
+         "lab2 is a node of service g .*acceldeploy_remove_service=g"),
+        ("lab3", fleet(lab1=host(svc("a"))), {"lab3": "gateways"},
+         "lab3 is in the gateways group"),
+        ("lab9", fleet(lab1=host(svc("a"))), {}, "lab9 is not a host of the inventory"),
+    ],
+)  # fmt: skip
+def test_a_host_is_refused_when_others_need_it(
+    target: str, views: dict[str, Any], others: dict[str, str], message: str
+) -> None:
+    with pytest.raises(AcceldeployError, match=f"acceldeploy_remove_host: {message}"):
+        plan({"host": target}, views, others)
+
+
+def test_the_last_host_may_be_its_own_seed() -> None:
+    removal = plan({"host": "lab1"}, fleet(lab1=host(svc("a"), **SEEDED)), {})
+    assert removal.remaining == {}
