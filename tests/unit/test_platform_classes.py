@@ -11,6 +11,8 @@ import pytest
 
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner import stackmatrix, stacks
+from acceldeploy.planner.platforms import get_platform
 from acceldeploy.platforms import PLATFORMS, for_name, known_names
 from acceldeploy.platforms.ascend import AscendPlatform
 from acceldeploy.platforms.cpu import CpuPlatform
@@ -45,6 +47,11 @@ def test_an_unknown_name_is_refused_naming_the_variable_and_the_known_names(name
 
 def test_every_profile_of_the_data_has_a_class_and_every_class_a_profile() -> None:
     assert set(load("platforms")) == set(known_names())
+
+
+def test_a_platform_s_behaviour_is_its_class() -> None:
+    for name in known_names():
+        assert get_platform(name).behaviour is for_name(name)
 
 
 # ---------------------------------------------------------------------------- the devices
@@ -96,6 +103,21 @@ def test_the_readiness_gate_gets_npus_on_ascend_hpus_on_gaudi_nothing_on_cpu() -
 # ---------------------------------------------------------------------------- the stacks
 
 
+def test_every_platform_s_stacks_set_its_keys() -> None:
+    for entry in stacks.load_stacks().values():
+        keys = for_name(entry["platform"]).stack_keys
+        assert all(entry.get(key) not in (None, "") for key in keys), entry["name"]
+    for platform in PLATFORMS:
+        assert {"vllm", "engine_options"} <= set(platform.stack_keys)
+
+
+def test_a_stack_of_an_unknown_platform_is_refused(tmp_path: Path) -> None:
+    file = tmp_path / "stacks.yml"
+    file.write_text("stacks:\n  cuda-1:\n    platform: cuda\n    vllm: '0.12.0'\n")
+    with pytest.raises(AcceldeployError, match="needs a platform, one of ascend, gaudi, cpu"):
+        stacks.load_stacks(file)
+
+
 def entry(platform: str, **keys: Any) -> dict[str, Any]:
     return {"name": f"{platform}-x", "platform": platform, "python": "3.11", **keys}
 
@@ -119,3 +141,11 @@ def test_the_matrix_cells_each_platform_writes_its_own_way() -> None:
         "-",
         "3.11",
     )
+
+
+def test_the_matrix_rows_take_the_platform_s_cells() -> None:
+    rows = {row["platform"]: row for row in stackmatrix.matrix() if row["default"]}
+    assert rows["gaudi"]["torch"] == "-" and rows["gaudi"]["python"].endswith("(the image's)")
+    assert rows["ascend"]["device_torch"].startswith("torch-npu ")
+    assert rows["ascend"]["bucketing"] == rows["cpu"]["bucketing"] == "-"
+    assert rows["cpu"]["device_torch"] == "-"
