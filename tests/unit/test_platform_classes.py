@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from acceldeploy.bundle import hostclass
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner import stackmatrix, stacks
@@ -17,6 +18,7 @@ from acceldeploy.platforms import PLATFORMS, for_name, known_names
 from acceldeploy.platforms.ascend import AscendPlatform
 from acceldeploy.platforms.cpu import CpuPlatform
 from acceldeploy.platforms.gaudi import GaudiPlatform
+from acceldeploy.runtimes import stacklock
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data" / "recorded"
@@ -52,6 +54,13 @@ def test_every_profile_of_the_data_has_a_class_and_every_class_a_profile() -> No
 def test_a_platform_s_behaviour_is_its_class() -> None:
     for name in known_names():
         assert get_platform(name).behaviour is for_name(name)
+
+
+def test_every_runtime_role_is_a_role_with_a_version_gate() -> None:
+    roles = {p.runtime_role for p in PLATFORMS if p.runtime_role}
+    assert roles == {"ascend_runtime", "gaudi_runtime"} == set(stacklock.VERSION_GATES)
+    assert all((ROOT / "roles" / role).is_dir() for role in roles)
+    assert CpuPlatform.runtime_role is None
 
 
 # ---------------------------------------------------------------------------- the devices
@@ -149,3 +158,8 @@ def test_the_matrix_rows_take_the_platform_s_cells() -> None:
     assert rows["ascend"]["device_torch"].startswith("torch-npu ")
     assert rows["ascend"]["bucketing"] == rows["cpu"]["bucketing"] == "-"
     assert rows["cpu"]["device_torch"] == "-"
+
+
+def test_only_cpu_stacks_are_wheel_locks_the_bundle_collects() -> None:
+    assert [p.name for p in PLATFORMS if p.wheel_lock] == ["cpu"]
+    assert hostclass.WHEEL_PLATFORMS == ("cpu",)
