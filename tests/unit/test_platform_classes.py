@@ -5,10 +5,12 @@ the stack matrix, the stack lock, the bundle)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from acceldeploy.bench import series
 from acceldeploy.bundle import hostclass
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
@@ -19,6 +21,7 @@ from acceldeploy.platforms.ascend import AscendPlatform
 from acceldeploy.platforms.cpu import CpuPlatform
 from acceldeploy.platforms.gaudi import GaudiPlatform
 from acceldeploy.runtimes import stacklock
+from acceldeploy.verify import hoststate, memprobe
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data" / "recorded"
@@ -163,3 +166,49 @@ def test_the_matrix_rows_take_the_platform_s_cells() -> None:
 def test_only_cpu_stacks_are_wheel_locks_the_bundle_collects() -> None:
     assert [p.name for p in PLATFORMS if p.wheel_lock] == ["cpu"]
     assert hostclass.WHEEL_PLATFORMS == ("cpu",)
+
+
+# ---------------------------------------------------------------------------- their users
+
+
+def test_bench_reads_device_memory_through_the_class() -> None:
+    readings = for_name("ascend").read_devices(NPU_910B1)
+    found = series.device_memory("ascend", [0, 1], {"raw": NPU_910B1})
+    assert found == {r.label: r.used_mib for r in readings[:2]} and found["npu0"] == 3395.0
+    assert set(series.device_memory("gaudi", [7], {"raw": HL_GAUDI2})) == {"hpu7"}
+    assert series.device_memory("cpu", [], {}) == {}
+
+
+class FakeConnection:
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+        self.commands: list[str] = []
+
+    def run(self, command: str, **_: Any) -> SimpleNamespace:
+        self.commands.append(command)
+        return SimpleNamespace(stdout=self.stdout)
+
+
+def test_verify_s_memory_probe_runs_the_platform_s_tool_and_sums_its_devices() -> None:
+    ascend = FakeConnection(NPU_910B1)
+    launch = SimpleNamespace(platform="ascend", devices=[0, 1], name="vllm-a")
+    readings = for_name("ascend").read_devices(NPU_910B1)
+    want = float(sum(r.used_mib or 0 for r in readings[:2]))
+    assert memprobe.memory_mib(ascend, launch) == want
+    assert ascend.commands == ["npu-smi info"]
+    gaudi = FakeConnection(HL_GAUDI2)
+    memprobe.memory_mib(gaudi, SimpleNamespace(platform="gaudi", devices=[0], name="vllm-g"))
+    assert gaudi.commands == ["hl-smi"]
+    cpu = FakeConnection(str(3 << 20))
+    assert memprobe.memory_mib(cpu, SimpleNamespace(platform="cpu", devices=[], name="v")) == 3.0
+    assert "v.service" in cpu.commands[0]
+
+
+def test_verify_s_device_check_on_gaudi_names_a_missing_hpu() -> None:
+    smi = {"hl-smi": {"rc": 0, "out": HL_GAUDI2}}
+    (ok,) = hoststate.judge_devices("hpu-01", "gaudi", smi, [SimpleNamespace(devices=[0, 7])])
+    assert ok.status == "pass" and ok.detail.startswith("8 visible")
+    (bad,) = hoststate.judge_devices("hpu-01", "gaudi", smi, [SimpleNamespace(devices=[9])])
+    assert bad.status == "fail" and "{9: 'missing'}" in bad.detail
+    (skip,) = hoststate.judge_devices("lab1", "cpu", {}, [])
+    assert skip.status == "skip"
