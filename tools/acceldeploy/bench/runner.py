@@ -140,7 +140,7 @@ def run_key(target: Target) -> dict[str, Any]:
 
 def driver_plan(target: Target, remote: str, restart: bool) -> dict[str, Any]:
     unit, platform = target.unit, target.plan.platform
-    cpu = platform.name == "cpu"
+    memory_command = list(platform.behaviour.smi_command)
     return {
         "run_dir": remote,
         "unit": f"{unit.name}.service",
@@ -151,8 +151,8 @@ def driver_plan(target: Target, remote: str, restart: bool) -> dict[str, Any]:
         "label": f"{target.where}-{unit.name}",
         "profile": target.profile.to_dict(),
         "dataset_file": f"{remote}/dataset.json",
-        "memory_source": "process_tree" if cpu else "smi",
-        "memory_command": series.MEMORY_COMMANDS.get(platform.name, []),
+        "memory_source": "smi" if memory_command else "process_tree",
+        "memory_command": memory_command,
         "sample_interval": target.profile.sample_interval,
         "settle": SETTLE_SECONDS,
         "idle_seconds": IDLE_SECONDS,

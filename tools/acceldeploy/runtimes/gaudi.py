@@ -19,13 +19,13 @@ from typing import Any, TypeVar
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.stacks import listed, other_stacks_hint, stack_label
+from acceldeploy.platforms.smi import HlSmi, parse_hl_smi, parse_hl_smi_modules, parse_hl_smi_topo
 from acceldeploy.runtimes.probe import (
     GateRun,
     device_node_errors,
     probed_command,
     probed_file,
 )
-from acceldeploy.runtimes.smi import HlSmi, parse_hl_smi, parse_hl_smi_modules, parse_hl_smi_topo
 from acceldeploy.runtimes.versions import leading_numbers, same_version
 
 T = TypeVar("T")

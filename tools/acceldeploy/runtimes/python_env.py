@@ -26,6 +26,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import targets
 from acceldeploy.planner.platforms import CONTAINER, get_platform
 from acceldeploy.planner.stacks import host_stack, installer_pin, lock_requirements
+from acceldeploy.platforms import for_name
 from acceldeploy.runtimes.versions import normalize_name
 
 MANAGERS = ("conda", "venv", "container")
@@ -283,12 +284,14 @@ def _create_argv(manager: str, python: str, env: str, options: Mapping[str, Any]
 @dataclass
 class _Build:
     """What a venv / conda plan installs: the paths and sources the steps use, then the pins,
-    the steps and the check that follow from the platform."""
+    the steps and the check that follow from the platform: its stack's wheel lock
+    (``wheel_lock``), else vllm-ascend's pins built with the env scripts sourced."""
 
     env: str
     options: Mapping[str, Any]
     entry: dict[str, Any]
     extra: list[str]
+    wheel_lock: bool
     env_scripts: list[str]
     source: list[str] = field(default_factory=list)
     requirements: list[str] = field(default_factory=list)
@@ -497,11 +500,9 @@ def _plan(
     path (a symlink), ``build`` the steps that build the keyed directory it will point to."""
     entry, py = build.entry, f"{env}/bin/python"
     key = _key(identity)
-    flavour = (
-        f"vllm-ascend {entry['vllm_ascend']}" if platform == "ascend" else f"lock {entry['lock']}"
-    )
+    flavour = f"lock {entry['lock']}" if build.wheel_lock else f"vllm-ascend {entry['vllm_ascend']}"
     steps = _finished(build.steps, build.options)
-    env_scripts = build.env_scripts if platform == "ascend" else []
+    env_scripts = build.env_scripts
     return {
         "platform": platform,
         "manager": manager,
@@ -560,15 +561,17 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     extra = _extra_packages(options)
     _check_venv_python(options, entry, platform, manager)
     if manager == "container":
-        return _container_plan(entry, options)
+        return _container_plan(platform, entry, options)
 
     python = str(entry["python"])
     env = _prefix(manager, entry, options)
-    env_scripts = [str(s) for s in options.get("env_scripts") or entry.get("env_scripts") or []]
+    lock = for_name(platform).wheel_lock
+    scripts = options.get("env_scripts") or entry.get("env_scripts") or []
+    env_scripts = [] if lock else [str(s) for s in scripts]
 
     # The pins and the key first: the key names the staging directory the steps build in.
-    build = _Build("", options, entry, extra, env_scripts, source=_pip_source_args(options))
-    if platform == "cpu":
+    build = _Build("", options, entry, extra, lock, env_scripts, source=_pip_source_args(options))
+    if lock:
         _cpu_pins(build)
     else:
         _ascend_pins(build)
@@ -583,7 +586,7 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         "env": env,
         "requirements": build.requirements,
         "constraints": build.constraints,
-        "install_from": _install_from(options) if platform == "ascend" else "lock",
+        "install_from": "lock" if lock else _install_from(options),
     }
     build.env = build_dir(env, _key(identity))
     build.steps.append(
@@ -593,7 +596,7 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     # importing vllm: a misnamed or broken install fails here, not at the first `vllm serve`.
     # The CLI itself imports every subcommand (~10-30 s), too slow for every run.
     build.verify_argv = [build.python, "-c", VLLM_VERSION_CHECK]
-    if platform == "cpu":
+    if lock:
         _cpu_install(build, manager)
     else:
         _ascend_install(build)
@@ -603,7 +606,9 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     return _plan(platform, manager, env, build, identity)
 
 
-def _container_plan(entry: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+def _container_plan(
+    platform: str, entry: dict[str, Any], options: dict[str, Any]
+) -> dict[str, Any]:
     image = str(options.get("image") or entry["image"])
     run = ["docker", "run", "--rm", *[str(a) for a in entry["docker_run_args"]]]
     check = [
@@ -618,7 +623,7 @@ def _container_plan(entry: dict[str, Any], options: dict[str, Any]) -> dict[str,
     ]
     key = _key({"format": PLAN_FORMAT, "image": image, "run": run})
     return {
-        "platform": "gaudi",
+        "platform": platform,
         "manager": "container",
         "stack": {k: v for k, v in entry.items() if k != "file"},
         "stack_name": str(entry["name"]),
@@ -629,7 +634,7 @@ def _container_plan(entry: dict[str, Any], options: dict[str, Any]) -> dict[str,
         "image": image,
         "run_argv": [*run, image],
         "run_command": shlex.join([*run, image]),
-        "summary": f"container {image} for gaudi: stack {entry['name']}, vLLM {entry['vllm']}",
+        "summary": f"container {image} for {platform}: stack {entry['name']}, vLLM {entry['vllm']}",
         "verify_argv": check,
         "verify_command": shlex.join(check),
         "steps": [],
@@ -638,7 +643,7 @@ def _container_plan(entry: dict[str, Any], options: dict[str, Any]) -> dict[str,
         "vllm_version": "",
         "env_scripts": [],
         "fact": {
-            "platform": "gaudi",
+            "platform": platform,
             "manager": "container",
             "image": image,
             "run_argv": [*run, image],

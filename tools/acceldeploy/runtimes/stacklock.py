@@ -17,17 +17,51 @@ the role's ``validate`` set them in preflight. Other platforms (cpu) read nothin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import targets
+from acceldeploy.platforms import for_name
 from acceldeploy.runtimes.ascend import ASCEND_VERSION_CHECKS, AscendHost
 from acceldeploy.runtimes.gaudi import GAUDI_VERSION_CHECKS, GaudiHost
 from acceldeploy.runtimes.probe import GateRun
 
-# The Ascend version files, each read where ascend_runtime_<name>_info says.
-FILES = ("driver", "firmware", "toolkit")
+Host = TypeVar("Host", bound=GateRun)
+
+
+@dataclass(frozen=True)
+class VersionGate:
+    """A runtime role's version checks and what the first contact reads for them."""
+
+    files: tuple[str, ...]  # each read where the role's <name>_info option says
+    commands: tuple[str, ...]  # each run as the role's <name> option says
+    run: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], GateRun]
+
+
+def _checked(host: Host, checks: Sequence[Callable[[Host], None]]) -> Host:
+    for check in checks:
+        check(host)
+    return host
+
+
+def _ascend(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> GateRun:
+    return _checked(AscendHost(probe=probe, stack=stack, options=options), ASCEND_VERSION_CHECKS)
+
+
+def _gaudi(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> GateRun:
+    return _checked(GaudiHost(probe=probe, stack=stack, options=options), GAUDI_VERSION_CHECKS)
+
+
+# By the runtime role a platform's class names: Ascend's driver and firmware version.info and
+# CANN's ascend_toolkit_install.info; Gaudi's ``hl-smi``, whose version lines the gate parses.
+VERSION_GATES = {
+    "ascend_runtime": VersionGate(
+        files=("driver", "firmware", "toolkit"), commands=(), run=_ascend
+    ),
+    "gaudi_runtime": VersionGate(files=(), commands=("hl_smi",), run=_gaudi),
+}
 
 
 def _runtime(inputs: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -39,17 +73,22 @@ def _runtime(inputs: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, 
     )
 
 
+def _gate(platform: str) -> VersionGate | None:
+    """The version gate of the platform's runtime role; none without a runtime (preflight
+    passes none for cpu hosts)."""
+    role = for_name(platform).runtime_role if platform else None
+    return VERSION_GATES[role] if role else None
+
+
 def reads(inputs: Mapping[str, Any]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(files, commands) the first contact reads for the host's platform: Ascend's driver and
-    firmware version.info and CANN's ascend_toolkit_install.info; Gaudi's ``hl-smi``, the
-    command whose version lines the Gaudi gate parses (its driver and firmware)."""
+    """(files, commands) the first contact reads for the host's platform's version gate."""
     platform, _, options = _runtime(inputs)
-    if platform == "ascend":
-        files = {name: _patterns(options, name, f"{name}_info") for name in FILES}
-        return files, {}
-    if platform == "gaudi":
-        return {}, {"hl_smi": _patterns(options, "hl_smi", "hl_smi")}
-    return {}, {}
+    gate = _gate(platform)
+    if gate is None:
+        return {}, {}
+    files = {name: _patterns(options, name, f"{name}_info") for name in gate.files}
+    commands = {name: _patterns(options, name, name) for name in gate.commands}
+    return files, commands
 
 
 def _patterns(options: Mapping[str, Any], what: str, key: str) -> list[str]:
@@ -73,19 +112,10 @@ def judge(facts: targets.Facts, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """The runtime gate's version checks on what the first contact read: {stack, platform,
     detected, errors, warnings}; empty for a platform without a runtime gate."""
     platform, stack, options = _runtime(inputs)
-    host: GateRun
-    if platform == "ascend":
-        ascend_host = AscendHost(probe=facts.probe(), stack=stack, options=options)
-        for ascend_check in ASCEND_VERSION_CHECKS:
-            ascend_check(ascend_host)
-        host = ascend_host
-    elif platform == "gaudi":
-        gaudi_host = GaudiHost(probe=facts.probe(), stack=stack, options=options)
-        for gaudi_check in GAUDI_VERSION_CHECKS:
-            gaudi_check(gaudi_host)
-        host = gaudi_host
-    else:
+    gate = _gate(platform)
+    if gate is None:
         return {}
+    host = gate.run(facts.probe(), stack, options)
     detected = {k: v for k, v in host.detected.items() if k != "devices"}
     return {
         "stack": str(stack.get("name") or ""),

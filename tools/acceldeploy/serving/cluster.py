@@ -247,8 +247,9 @@ def gate_spec(where: Place, platform: Platform) -> dict[str, Any]:
         "units_by_node": {node: units_on(service, node) for node in service.nodes},
         "free_ports": free if where.is_head else [],
         "dials": dials,
-        "npus": list(service.devices) if platform.name == "ascend" else [],
-        "hpus": [str(d) for d in service.devices] if platform.name == "gaudi" else [],
+        "npus": [],
+        "hpus": [],
+        **platform.behaviour.readiness_devices(service.devices),
     }
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.inventory.roledefaults import value
+from acceldeploy.platforms import HEALTHY, for_name
 from acceldeploy.verify.model import Check
 
 
@@ -256,8 +257,9 @@ def judge_devices(
     host: str, platform: str, smi: dict[str, dict[str, Any]], users: list[Any]
 ) -> list[Check]:
     """The devices ``users`` (services, each with ``devices``) take, visible and healthy,
-    from npu-smi / hl-smi output (parsers: acceldeploy.runtimes)."""
-    tool = {"ascend": "npu-smi", "gaudi": "hl-smi"}.get(platform)
+    from the platform's device tool (npu-smi, hl-smi; read by its class)."""
+    behaviour = for_name(platform)
+    tool = behaviour.smi
     if tool is None:
         return [Check(host, "devices", "skip", f"platform {platform} has no accelerator")]
     result = smi.get(tool)
@@ -281,17 +283,9 @@ def judge_devices(
                 "check the driver: dmesg, the device nodes, the driver version",
             )
         ]
-    from acceldeploy import runtimes
-
     wanted = sorted({d for user in users for d in user.devices})
-    if platform == "ascend":
-        info = runtimes.parse_npu_smi_info(result["out"])
-        seen = {chip.npu: chip.health for chip in info.chips}
-        bad = {n: seen.get(n, "missing") for n in wanted if seen.get(n) != "OK"}
-    else:
-        hl = runtimes.parse_hl_smi(result["out"])
-        seen = {dev.index: "OK" for dev in hl.devices}
-        bad = {n: "missing" for n in wanted if n not in seen}
+    seen = {reading.index: reading.health for reading in behaviour.read_devices(result["out"])}
+    bad = {n: seen.get(n, "missing") for n in wanted if seen.get(n) != HEALTHY}
     if bad:
         return [
             Check(

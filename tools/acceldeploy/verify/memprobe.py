@@ -8,6 +8,7 @@ import json
 import shlex
 from typing import Any
 
+from acceldeploy.platforms import for_name
 from acceldeploy.verify import api
 from acceldeploy.verify.model import Check
 
@@ -15,16 +16,11 @@ MIB = 1 << 20
 
 
 def memory_mib(conn: Any, launch: Any) -> float:
-    from acceldeploy import runtimes
-
-    if launch.platform == "ascend":
-        out = conn.run("npu-smi info", hide=True, warn=False).stdout
-        chips = runtimes.parse_npu_smi_info(out).chips
-        return float(sum(c.hbm_used_mb or 0 for c in chips if c.npu in launch.devices))
-    if launch.platform == "gaudi":
-        out = conn.run("hl-smi", hide=True, warn=False).stdout
-        devices = runtimes.parse_hl_smi(out).devices
-        return float(sum(d.memory_used_mib or 0 for d in devices if d.index in launch.devices))
+    platform = for_name(launch.platform)
+    if platform.smi_command:
+        out = conn.run(shlex.join(platform.smi_command), hide=True, warn=False).stdout
+        readings = platform.read_devices(out)
+        return float(sum(r.used_mib or 0 for r in readings if r.index in launch.devices))
     raw = conn.run(f"python3 -c {shlex.quote(CGROUP_MEMORY)} {launch.name}.service", hide=True)
     return int(raw.stdout.strip()) / MIB
 

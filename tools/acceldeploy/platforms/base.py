@@ -1,0 +1,69 @@
+"""What every platform answers, and the answers most platforms share.
+
+One subclass per platform (ascend.py, gaudi.py, cpu.py), found by its name with
+``acceldeploy.platforms.for_name``. The classes hold behaviour only: the numbers (block size,
+memory, env, device nodes) stay in data/platforms.yml, which
+``acceldeploy.planner.platforms`` joins with the host's stack into a ``Platform``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+HEALTHY = "OK"
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One device as the platform's tool lists it."""
+
+    index: int  # the index the services' devices name it by
+    label: str  # how reports name it (npu2, hpu0)
+    used_mib: float | None
+    health: str  # HEALTHY, or what the tool says instead
+
+
+class PlatformBehaviour:
+    """A platform's behaviour; subclasses set ``name`` and ``stack_keys``."""
+
+    name: ClassVar[str]
+    # The keys each of its stacks (versions/stacks.yml) must set, non-empty, for the roles.
+    stack_keys: ClassVar[tuple[str, ...]]
+    # The command that lists its devices with their memory and health; empty: it has none.
+    smi_command: ClassVar[tuple[str, ...]] = ()
+    # Its stacks pin their whole Python environment in a wheel lock, installed --no-deps.
+    wheel_lock: ClassVar[bool] = False
+    # The role that gates its hosts' runtime (roles/<this>); none: nothing to gate.
+    runtime_role: ClassVar[str | None] = None
+
+    @property
+    def smi(self) -> str | None:
+        """The device tool, by the name verify's host facts key its output under."""
+        return self.smi_command[0] if self.smi_command else None
+
+    def read_devices(self, smi_output: str) -> list[DeviceReading]:
+        """The devices the output of ``smi_command`` lists."""
+        return []
+
+    def readiness_devices(self, devices: Sequence[int]) -> dict[str, list[Any]]:
+        """A multi-node group's devices whose links its readiness gate checks, under the
+        gate's key for this platform."""
+        return {}
+
+    # The stack matrix's cells (acceldeploy.planner.stackmatrix) that differ by platform.
+
+    def torch_cell(self, entry: Mapping[str, Any]) -> str:
+        return str(entry.get("torch") or "-")
+
+    def device_torch_cell(self, entry: Mapping[str, Any]) -> str:
+        return "-"
+
+    def python_cell(self, entry: Mapping[str, Any]) -> str:
+        python = str(entry.get("python") or "-")
+        requires = entry.get("requires_python")
+        return f"{python} ({requires})" if requires else python
+
+    def bucketing_cell(self, entry: Mapping[str, Any]) -> str:
+        return "-"

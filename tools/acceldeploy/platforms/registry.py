@@ -1,0 +1,27 @@
+"""The platforms by name (a host's ``acceldeploy_platform``)."""
+
+from __future__ import annotations
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.platforms.ascend import AscendPlatform
+from acceldeploy.platforms.base import PlatformBehaviour
+from acceldeploy.platforms.cpu import CpuPlatform
+from acceldeploy.platforms.gaudi import GaudiPlatform
+
+# In the order messages list them.
+PLATFORMS: tuple[PlatformBehaviour, ...] = (AscendPlatform(), GaudiPlatform(), CpuPlatform())
+_BY_NAME = {platform.name: platform for platform in PLATFORMS}
+
+
+def known_names() -> tuple[str, ...]:
+    return tuple(_BY_NAME)
+
+
+def for_name(name: str) -> PlatformBehaviour:
+    """The platform called ``name``; an error naming the variable and the known names."""
+    platform = _BY_NAME.get(name)
+    if platform is None:
+        raise AcceldeployError(
+            f"acceldeploy_platform {name!r} is unknown; set it to one of {', '.join(known_names())}"
+        )
+    return platform
