@@ -38,7 +38,7 @@ from acceldeploy.secrets import mask
 # The subcommands, in the order `acceldeploy --help` lists them; then those of other installed
 # distributions (ENTRY_POINTS), by name.
 COMMANDS: tuple[str, ...] = (
-    "init", "plan", "verify", "bench", "tune", "top", "report", "dashboards", "bundle", "lab"
+    "init", "plan", "verify", "bench", "tune", "top", "report", "dashboards", "bundle"
 )  # fmt: skip
 # The entry-point group through which another distribution adds a subcommand: each entry point's
 # name is the subcommand's, its value a module like acceldeploy.cli.<name> (add_parser, run).
@@ -47,8 +47,7 @@ ENTRY_POINTS = "acceldeploy.commands"
 DESCRIPTION = (
     "Deploy, check and measure vLLM services on Ascend, Gaudi and CPU hosts. The playbooks "
     "(site.yml) change hosts; these commands plan, verify, bench and tune what they deploy, "
-    "report on it from the monitor's history, and run a local lab to try it all on. "
-    "`acceldeploy COMMAND --help` for each."
+    "and report on it from the monitor's history. `acceldeploy COMMAND --help` for each."
 )
 
 
