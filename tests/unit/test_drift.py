@@ -83,9 +83,9 @@ def test_the_key_follows_inputs_and_code(tmp_path: Path) -> None:
     assert drift.state_key({"a": 1}, "c") != drift.state_key({"a": 1}, "d")
     (tmp_path / "roles/r/tasks").mkdir(parents=True)
     (tmp_path / "roles/r/tasks/main.yml").write_text("---\n")
-    (tmp_path / "tools/acceldeploy/lab").mkdir(parents=True)
+    (tmp_path / "lab/acceldeploy_lab").mkdir(parents=True)  # the lab's own distribution
     before = drift.code_digest(str(tmp_path))
-    (tmp_path / "tools/acceldeploy/lab/x.py").write_text("pass\n")
+    (tmp_path / "lab/acceldeploy_lab/x.py").write_text("pass\n")
     assert drift.code_digest(str(tmp_path)) == before
     (tmp_path / "roles/r/tasks/main.yml").write_text("---\n# changed\n")
     assert drift.code_digest(str(tmp_path)) != before
