@@ -60,7 +60,7 @@ def wheels() -> Path:
     directory = wheelhouse.wheels_dir(wheelhouse.cache_dir())
     if not list(directory.glob(f"vllm-{wheelhouse.VLLM_VERSION}-*.whl")):
         pytest.skip(f"{directory} lacks vllm {wheelhouse.VLLM_VERSION}: run "
-                    "`PYTHONPATH=tools python3 -m acceldeploy_lab.labenv build`")  # fmt: skip
+                    "`.venv/bin/python -m acceldeploy_lab.labenv build`")  # fmt: skip
     return directory
 
 
