@@ -11,23 +11,25 @@ export ACCELDEPLOY_CACHE := $(CACHE)
 .PHONY: venv lint test-unit test-lab test lab lab-down host-deps demo endpoints clean test-slow \
   wheel collection bench-noop-site
 
-$(VENV)/.installed: pyproject.toml
+# The product (acceldeploy, from tools/) and the lab, its own distribution (acceldeploy-lab, from
+# lab/: `acceldeploy lab`, tools/lab.py), both editable.
+$(VENV)/.installed: pyproject.toml lab/pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]' -e ./lab
 	touch $@
 
 venv: $(VENV)/.installed
 
-# lint-imports: the package's import contracts (pyproject.toml [tool.importlinter]: nothing of
-# the product imports the lab; every subpackage in its layer).
+# lint-imports: the package's import contracts (pyproject.toml [tool.importlinter]: every
+# subpackage in its layer).
 # The docs (mkdocs.yml, docs/ into the git-ignored site/): strict, so a broken link or anchor, or a
 # page missing from the nav, fails lint. Not --quiet: mkdocs 1.6.1 then lets warnings pass. Then
 # the built pages are read for Markdown that reached them as raw text (docsgen/rendered.py).
 lint: venv
-	$(BIN)/ruff check tools tests plugins roles
-	$(BIN)/ruff format --check tools tests plugins roles
-	$(BIN)/mypy tools/acceldeploy $(wildcard tools/*.py) $(wildcard plugins/filter/*.py) \
-	  $(wildcard plugins/modules/*.py) $(wildcard plugins/action/*.py)
+	$(BIN)/ruff check tools lab tests plugins roles
+	$(BIN)/ruff format --check tools lab tests plugins roles
+	$(BIN)/mypy tools/acceldeploy lab/acceldeploy_lab $(wildcard tools/*.py) \
+	  $(wildcard plugins/filter/*.py) $(wildcard plugins/modules/*.py) $(wildcard plugins/action/*.py)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ansible-lint
 	out=$$(NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict 2>&1) || { echo "$$out"; exit 1; }
@@ -39,7 +41,10 @@ test-unit: venv
 # What an installed collection's controller needs beside it (docs/developers/collection.md):
 # the acceldeploy package as a wheel in dist/, for `pip install` into the Python that runs
 # Ansible; and the collection itself, a tarball of this repository (galaxy.yml), in dist/.
+# build/ goes first: setuptools puts into the wheel whatever an earlier build left in build/lib
+# (a module since moved or removed, such as the lab once under tools/acceldeploy).
 wheel: venv
+	rm -rf build
 	$(BIN)/pip wheel --no-deps -w dist .
 
 collection: venv
@@ -47,7 +52,7 @@ collection: venv
 
 # What the lab needs from the machine: debootstrap and systemd-nspawn (Debian packages),
 # nftables for the isolated lab's filter (tools/lab.py up --isolated), apt-ftparchive for the
-# lab's own apt repository (acceldeploy.lab.ospackages), and haproxy to check the gateway's
+# lab's own apt repository (acceldeploy_lab.ospackages), and haproxy to check the gateway's
 # rendered config (haproxy -c; no service is started here).
 # promtool comes with Debian's prometheus: installed with no service started (policy-rc.d) and
 # left disabled, this machine is no monitor.
@@ -132,7 +137,7 @@ demo: lab
 	@$(MAKE) --no-print-directory endpoints
 
 endpoints: venv
-	@PYTHONPATH=tools $(BIN)/python -m acceldeploy.lab.endpoints inventory/lab/hosts.yml
+	@PYTHONPATH=tools:lab $(BIN)/python -m acceldeploy_lab.endpoints inventory/lab/hosts.yml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache dist

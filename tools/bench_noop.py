@@ -47,8 +47,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from acceldeploy.lab.inventory import read_inventory
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))  # acceldeploy_lab
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # acceldeploy
+from acceldeploy_lab.inventory import read_inventory
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = [sys.executable, str(ROOT / "tools" / "lab.py")]

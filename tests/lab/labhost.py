@@ -18,11 +18,11 @@ from typing import Any
 from ansible_run import run_playbook
 
 from acceldeploy.inventory.hostvars import host_vars
-from acceldeploy.lab import tinymodel
-from acceldeploy.lab.mirror import default_mirror
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.render import Launch
 from acceldeploy.verify.gateway import runtime_api_command, server_states
+from acceldeploy_lab import tinymodel
+from acceldeploy_lab.mirror import default_mirror
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = Path(os.environ.get("ACCELDEPLOY_TEST_INVENTORY", ROOT / "inventory/lab/hosts.yml"))

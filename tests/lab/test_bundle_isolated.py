@@ -52,7 +52,7 @@ def acceldeploy(*args: str) -> str:
 
 def counters() -> dict[str, int]:
     sys.path.insert(0, str(REPO / "tools"))
-    from acceldeploy.lab import isolation
+    from acceldeploy_lab import isolation
 
     return isolation.counters()
 

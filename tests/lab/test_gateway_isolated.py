@@ -43,7 +43,7 @@ CLIENT_KEY = "sk-lab-client-0123456789abcdef"
 
 
 def counters() -> dict[str, int]:
-    from acceldeploy.lab import isolation
+    from acceldeploy_lab import isolation
 
     return isolation.counters()
 

@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 from ansible_run import PlaybookRun, lab_hosts, run_playbook, ssh
 
-from acceldeploy.lab import mirror as olah_mirror
-from acceldeploy.lab import msmirror
+from acceldeploy_lab import mirror as olah_mirror
+from acceldeploy_lab import msmirror
 
 pytestmark = pytest.mark.lab
 

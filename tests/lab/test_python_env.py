@@ -2,7 +2,7 @@
 controller's wheelhouse.
 
 The controller serves $ACCELDEPLOY_CACHE/wheels (filled once from PyPI by
-`python3 -m acceldeploy.downloads.wheelhouse fetch`) with tools/acceldeploy/lab/wheelserver.py;
+`python3 -m acceldeploy.downloads.wheelhouse fetch`) with lab/acceldeploy_lab/wheelserver.py;
 every host installs `--no-index --find-links http://127.0.0.1:PORT/<inventory_hostname>/`, so the
 server's request log says how many bytes each host pulled, and --no-index means nothing came
 from anywhere else. Checked:
@@ -37,7 +37,7 @@ from packaging.utils import parse_wheel_filename
 
 from acceldeploy import runtimes
 from acceldeploy.downloads import wheelcache, wheelhouse
-from acceldeploy.lab import wheelserver
+from acceldeploy_lab import wheelserver
 
 pytestmark = pytest.mark.lab
 
@@ -60,7 +60,7 @@ def wheels() -> Path:
     directory = wheelhouse.wheels_dir(wheelhouse.cache_dir())
     if not list(directory.glob(f"vllm-{wheelhouse.VLLM_VERSION}-*.whl")):
         pytest.skip(f"{directory} lacks vllm {wheelhouse.VLLM_VERSION}: run "
-                    "`PYTHONPATH=tools python3 -m acceldeploy.lab.labenv build`")  # fmt: skip
+                    "`.venv/bin/python -m acceldeploy_lab.labenv build`")  # fmt: skip
     return directory
 
 

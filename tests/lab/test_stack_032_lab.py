@@ -87,7 +87,7 @@ def move(inventory: Path, label: str) -> tuple[PlaybookRun, Load, float]:
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[None]:
     lab_cli("up", "--hosts", "2", "--gateways", "1", "--monitors", "1")
-    lab_cli("pin")  # each host on a core of its own, as on a fleet (acceldeploy/lab/cpupin.py)
+    lab_cli("pin")  # each host on a core of its own, as on a fleet (acceldeploy_lab/cpupin.py)
     try:
         run = run_playbook("site.yml", INVENTORY, timeout=3000)
         assert run.ok, run.output[-6000:]

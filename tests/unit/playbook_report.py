@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from acceldeploy.lab.inventory import InventoryHost, write_inventory
+from acceldeploy_lab.inventory import InventoryHost, write_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,8 +18,8 @@ from acceldeploy.cli import bench
 from acceldeploy.cli.common import parents
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway.plan import Frontend, Server, url_from
-from acceldeploy.lab.inventory import InventoryHost, write_inventory
 from acceldeploy.serving import selection
+from acceldeploy_lab.inventory import InventoryHost, write_inventory
 
 LAB = Path(__file__).resolve().parents[2] / "inventory" / "lab"
 

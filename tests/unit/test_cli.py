@@ -1,5 +1,6 @@
-"""The one command, `acceldeploy`: its subcommands, --version, the shared options declared once,
-the tools/*.py shims and the one error style (one line, `acceldeploy <sub>: error: ...`, exit 2)."""
+"""The one command, `acceldeploy`: its subcommands (the lab's from its own distribution, through
+an entry point), --version, the shared options declared once, the tools/*.py shims and the one
+error style (one line, `acceldeploy <sub>: error: ...`, exit 2)."""
 
 from __future__ import annotations
 
@@ -41,9 +42,9 @@ def test_help_lists_every_subcommand():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: acceldeploy")
     listed = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("    ")]
-    for name in cli.COMMANDS:
+    for name in cli.commands():
         assert name in listed, proc.stdout
-    assert set(cli.COMMANDS) >= set(SHIMS)
+    assert set(cli.commands()) >= set(SHIMS)
 
 
 def test_console_script_is_declared():
@@ -72,7 +73,7 @@ def test_inventory_is_declared_once_in_the_product():
     declared = [
         path.relative_to(PACKAGE)
         for path in PACKAGE.rglob("*.py")
-        if '"--inventory"' in path.read_text() and path.parent.name != "lab"
+        if '"--inventory"' in path.read_text()
     ]
     assert declared == [Path("cli/common.py")]
 
@@ -101,16 +102,53 @@ def test_subcommands_share_the_parent_options():
 
 
 def test_product_commands_do_not_import_the_lab():
+    """The product's subcommands import nothing of the lab; the lab's wiring module (its entry
+    point) imports the lab's commands only when its parser is built."""
     code = (
         "import sys\n"
         "import acceldeploy.cli as c\n"
-        "for name in ('plan', 'verify', 'bench', 'tune', 'lab'): c.subcommand(name)\n"
-        "print(sorted(m for m in sys.modules if m.startswith('acceldeploy.lab')))\n"
+        "for name in c.COMMANDS: c.subcommand(name)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('acceldeploy_lab')))\n"
+        "c.subcommand('lab')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('acceldeploy_lab')))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
-    assert proc.stdout.strip() == "[]"
+    assert proc.stdout.splitlines() == ["[]", "['acceldeploy_lab', 'acceldeploy_lab.command']"]
+
+
+def test_the_lab_command_comes_from_the_lab_distribution():
+    """`lab` is no module of acceldeploy.cli: acceldeploy-lab (lab/pyproject.toml) names it in
+    the acceldeploy.commands entry-point group, and the command lists it after its own."""
+    assert "lab" not in cli.COMMANDS and not (PACKAGE / "cli" / "lab.py").exists()
+    (entry,) = importlib.metadata.entry_points(group=cli.ENTRY_POINTS, name="lab")
+    assert entry.value == "acceldeploy_lab.command"
+    assert entry.dist is not None and entry.dist.name == "acceldeploy-lab"
+    assert cli.commands() == (*cli.COMMANDS, "lab")
+    assert cli.subcommand("lab").__name__ == "acceldeploy_lab.command"
+    assert "lab" in subparsers(cli.build_parser())
+
+
+def test_without_the_lab_installed_lab_is_an_unknown_command(monkeypatch, capsys):
+    """acceldeploy alone (no acceldeploy-lab: no entry point of the group): argparse's own
+    error for an unknown command, and no lab in the help."""
+    real = importlib.metadata.entry_points
+
+    def without_the_lab(**params):
+        if params.get("group") == cli.ENTRY_POINTS:
+            return importlib.metadata.EntryPoints(())
+        return real(**params)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", without_the_lab)
+    assert cli.commands() == cli.COMMANDS
+    assert "lab" not in subparsers(cli.build_parser())
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["lab", "--help"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("acceldeploy: error: argument COMMAND: invalid choice: 'lab'"), err
+    assert err.count("\n") == 1
 
 
 def test_plan_shim_runs():
@@ -183,3 +221,19 @@ def test_the_files_the_commands_read_exist() -> None:
     from acceldeploy.cli import bench
 
     assert bench.SCHEMA.is_file(), bench.SCHEMA
+
+
+def test_the_lab_shim_without_the_lab_says_what_is_missing():
+    code = (
+        "import importlib.metadata as m, runpy, sys\n"
+        "real = m.entry_points\n"
+        "m.entry_points = lambda **k: (m.EntryPoints(()) if k.get('group') == "
+        f"{cli.ENTRY_POINTS!r} else real(**k))\n"
+        "sys.argv = ['lab.py', '--help']\n"
+        f"runpy.run_path({str(ROOT / 'tools' / 'lab.py')!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "lab.py: error: acceldeploy-lab is not installed: pip install -e ./lab\n"

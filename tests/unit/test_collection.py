@@ -92,8 +92,14 @@ def test_the_tarball_holds_the_roles_and_plugins_and_no_local_state(built) -> No
     assert "roles/vllm_service/templates/vllm.service.j2" in names
     for kept_out in (".venv", ".git", ".ansible", ".lab", "site", "collections", "tests/lab",
                      "inventory/lab", "inventory/lab-cluster", "dist", "bench-results",
-                     "tune-results", ".ruff_cache", ".mypy_cache", ".pytest_cache"):  # fmt: skip
+                     "tune-results", ".ruff_cache", ".mypy_cache", ".pytest_cache",
+                     "lab", "tools/lab.py", "tools/bench_noop.py"):  # fmt: skip
         assert not [n for n in names if n == kept_out or n.startswith(kept_out + "/")], kept_out
+    # no lab code at all: the lab is its own distribution (lab/), and nothing of it is left
+    # under tools/acceldeploy; the product's shims stay
+    lab_code = [n for n in names if "acceldeploy_lab" in n or "tools/acceldeploy/lab" in n]
+    assert not lab_code, lab_code[:5]
+    assert {"tools/acceldeploy/cli/__init__.py", "tools/plan.py", "tools/verify.py"} <= names
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".tar.gz"))]
     hidden = [n for n in names if "/." in "/" + n]
     assert not hidden, hidden[:5]

@@ -83,9 +83,9 @@ def test_the_key_follows_inputs_and_code(tmp_path: Path) -> None:
     assert drift.state_key({"a": 1}, "c") != drift.state_key({"a": 1}, "d")
     (tmp_path / "roles/r/tasks").mkdir(parents=True)
     (tmp_path / "roles/r/tasks/main.yml").write_text("---\n")
-    (tmp_path / "tools/acceldeploy/lab").mkdir(parents=True)
+    (tmp_path / "lab/acceldeploy_lab").mkdir(parents=True)  # the lab's own distribution
     before = drift.code_digest(str(tmp_path))
-    (tmp_path / "tools/acceldeploy/lab/x.py").write_text("pass\n")
+    (tmp_path / "lab/acceldeploy_lab/x.py").write_text("pass\n")
     assert drift.code_digest(str(tmp_path)) == before
     (tmp_path / "roles/r/tasks/main.yml").write_text("---\n# changed\n")
     assert drift.code_digest(str(tmp_path)) != before
@@ -96,11 +96,11 @@ def test_the_key_follows_the_installed_package_apart_from_the_collection(tmp_pat
     collection, package = tmp_path / "collection", tmp_path / "site-packages" / "acceldeploy"
     (collection / "roles/r/tasks").mkdir(parents=True)
     (collection / "roles/r/tasks/main.yml").write_text("---\n")
-    (package / "lab").mkdir(parents=True)
+    (package / "__pycache__").mkdir(parents=True)
     (package / "__init__.py").write_text('__version__ = "0.1.0"\n')
     before = drift.code_digest(str(collection), str(package))
     assert before != drift.code_digest(str(collection))
-    (package / "lab" / "x.py").write_text("pass\n")
+    (package / "__pycache__" / "x.pyc").write_text("pass\n")
     assert drift.code_digest(str(collection), str(package)) == before
     (package / "__init__.py").write_text('__version__ = "0.1.1"\n')
     assert drift.code_digest(str(collection), str(package)) != before

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from acceldeploy.lab import engine_options
+from acceldeploy.data_files import DATA_DIR
+from acceldeploy_lab import engine_options
 
-DATA = Path(engine_options.__file__).resolve().parents[1] / "data" / "engine-options"
+DATA = DATA_DIR / "engine-options"
 VLLM = DATA / "vllm-0.12.0.json"
 VLLM_013 = DATA / "vllm-0.13.0.json"
 FORK = DATA / "vllm-fork-aice-v1.22.0.json"

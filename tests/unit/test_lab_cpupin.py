@@ -1,11 +1,11 @@
-"""tools/lab.py pin (acceldeploy.lab.cpupin): which CPU each lab host gets, and setting a real
+"""tools/lab.py pin (acceldeploy_lab.cpupin): which CPU each lab host gets, and setting a real
 thread's affinity (this test's own process, put back after)."""
 
 from __future__ import annotations
 
 import os
 
-from acceldeploy.lab import cpupin
+from acceldeploy_lab import cpupin
 
 
 def test_hosts_take_the_cpus_in_turn() -> None:

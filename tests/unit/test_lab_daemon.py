@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from acceldeploy.lab import daemon
+from acceldeploy_lab import daemon
 
 
 def test_a_server_this_process_started_stops_without_waiting_out_the_timeout(

@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from acceldeploy.inventory.hostvars import hosts_vars
-from acceldeploy.lab import ospackages, rootfs
-from acceldeploy.lab.inventory import InventoryHost, drop_hosts, read_inventory, write_inventory
+from acceldeploy_lab import ospackages, rootfs
+from acceldeploy_lab.inventory import InventoryHost, drop_hosts, read_inventory, write_inventory
 
 
 def test_gateways_are_their_own_group_and_leave_with_down_host(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.lab import isolation
-from acceldeploy.lab.inventory import InventoryHost, inventory_data
+from acceldeploy_lab import isolation
+from acceldeploy_lab.inventory import InventoryHost, inventory_data
 
 
 def test_addresses() -> None:

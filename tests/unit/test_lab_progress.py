@@ -1,4 +1,4 @@
-"""tools/acceldeploy/lab/progress.py: a line when a long step starts, while it runs (bytes and
+"""lab/acceldeploy_lab/progress.py: a line when a long step starts, while it runs (bytes and
 rate of what it writes) and when it ends, on stderr."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.lab import progress
+from acceldeploy_lab import progress
 
 
 def test_a_step_reports_start_bytes_rate_and_end(

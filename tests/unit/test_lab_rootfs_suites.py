@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.lab import hosts, rootfs
-from acceldeploy.lab.inventory import InventoryHost, read_inventory, write_inventory
+from acceldeploy_lab import hosts, rootfs
+from acceldeploy_lab.inventory import InventoryHost, read_inventory, write_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOKWORM, BULLSEYE, TRIXIE = (rootfs.SUITES[name] for name in ("bookworm", "bullseye", "trixie"))
@@ -133,7 +133,7 @@ def test_a_build_in_a_worker_thread_stops_when_the_prepare_gives_up(tmp_path, mo
 def test_prepare_builds_the_trees_beside_the_stack_and_stops_them_when_it_fails(monkeypatch):
     import threading
 
-    from acceldeploy.lab import stack
+    from acceldeploy_lab import stack
 
     building = threading.Barrier(3, timeout=5)  # both trees and the stack at once
 

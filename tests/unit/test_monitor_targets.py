@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.lab.inventory import InventoryHost, write_inventory
 from acceldeploy.monitor import rules, targets
 from acceldeploy.planner import stacks
 from acceldeploy.serving import selection
+from acceldeploy_lab.inventory import InventoryHost, write_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """Every path of this repository that the docs, the roles, the playbooks, the plugins and the
-package name in their text exists: a file moved or renamed takes its mentions with it. Paths
+package and the lab (lab/) name in their text exists: a file moved or renamed takes its mentions with it. Paths
 of upstream repositories the docs cite (vllm-ascend's and vllm-gaudi's docs, ansible-lint's
 schema) are not ours and are left out by name. CHANGELOG.md keeps the names of its time."""
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = ("README.md", "docs/**/*.md", "roles/**/*.yml", "roles/**/*.md", "roles/**/*.j2",
-         "playbooks/**/*.yml", "site.yml", "plugins/**/*.py", "tools/**/*.py", "Makefile")  # fmt: skip
-TOP = "tools|tests|roles|playbooks|plugins|docs|inventory|versions|schemas"
+         "playbooks/**/*.yml", "site.yml", "plugins/**/*.py", "tools/**/*.py",
+         "lab/acceldeploy_lab/**/*.py", "Makefile")  # fmt: skip
+TOP = "tools|lab|tests|roles|playbooks|plugins|docs|inventory|versions|schemas"
 # A path of ours: from a top-level directory to a file name with one of these extensions.
 PATH = re.compile(rf"(?<![\w/.-])((?:{TOP})/[\w.{{}},/-]*\.(?:py|yml|md|j2|json|txt))\b")
 # Upstream repositories' files, cited with their repository (docs/reference/stacks.md).

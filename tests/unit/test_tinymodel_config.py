@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from acceldeploy.lab import tinymodel
+from acceldeploy_lab import tinymodel
 
 # vllm/v1/attention/backends/cpu_attn.py: CPUAttentionBackend.get_supported_head_sizes
 CPU_ATTN_HEAD_SIZES = (32, 64, 96, 128, 160, 192, 224, 256)

@@ -14,9 +14,9 @@ from unit_verify import verify_rendered
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import host_vars
-from acceldeploy.lab.inventory import InventoryHost, write_inventory
 from acceldeploy.serving.hostplan import host_plan, plan_host
 from acceldeploy.serving.unit import UnitOptions, build, render_files
+from acceldeploy_lab.inventory import InventoryHost, write_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 ASCEND = (str(ROOT / "inventory/examples/ascend-910b"), "npu-01")

@@ -18,9 +18,9 @@ import yaml
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import hosts_vars
-from acceldeploy.lab import enginefacts as recorder
 from acceldeploy.planner import enginefacts, stacks
 from acceldeploy.serving import upgrade
+from acceldeploy_lab import enginefacts as recorder
 
 REPO = Path(__file__).resolve().parents[2]
 

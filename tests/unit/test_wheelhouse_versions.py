@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.downloads import wheelhouse
-from acceldeploy.lab import labenv
+from acceldeploy_lab import labenv
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,10 +8,13 @@ Each subcommand is a module of this package, acceldeploy.cli.<name>, with
     run(args: argparse.Namespace) -> int
         runs it: the exit status; an AcceldeployError is reported by ``main``.
 
-A new subcommand is one such module and its name added to COMMANDS. The modules are imported
-when the parser is built; none imports acceldeploy.lab at import time (``lab`` does inside
-add_parser and run). tools/plan.py, verify.py, bench.py, tune.py and lab.py call ``main`` with
-their subcommand and their own name as ``prog``.
+A new subcommand is one such module and its name added to COMMANDS. Another installed
+distribution adds its own the same way: a module of its own with add_parser and run, named by
+an entry point of the group ENTRY_POINTS (``acceldeploy.commands``) in its metadata; the lab's,
+acceldeploy-lab (lab/pyproject.toml), adds ``lab`` so. Without it installed, ``acceldeploy lab``
+is an unknown command. The modules are imported when the parser is built. tools/plan.py,
+verify.py, bench.py, tune.py and lab.py call ``main`` with their subcommand and their own name
+as ``prog``.
 
 Errors, usage and otherwise, are one line on stderr, credentials masked, exit 2:
 ``acceldeploy <sub>: error: <message>``.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -31,16 +35,19 @@ from acceldeploy.cli.argtypes import usage_error
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.secrets import mask
 
-# The subcommands, in the order `acceldeploy --help` lists them.
+# The subcommands, in the order `acceldeploy --help` lists them; then those of other installed
+# distributions (ENTRY_POINTS), by name.
 COMMANDS: tuple[str, ...] = (
-    "init", "plan", "verify", "bench", "tune", "top", "report", "dashboards", "bundle", "lab"
+    "init", "plan", "verify", "bench", "tune", "top", "report", "dashboards", "bundle"
 )  # fmt: skip
+# The entry-point group through which another distribution adds a subcommand: each entry point's
+# name is the subcommand's, its value a module like acceldeploy.cli.<name> (add_parser, run).
+ENTRY_POINTS = "acceldeploy.commands"
 
 DESCRIPTION = (
     "Deploy, check and measure vLLM services on Ascend, Gaudi and CPU hosts. The playbooks "
     "(site.yml) change hosts; these commands plan, verify, bench and tune what they deploy, "
-    "report on it from the monitor's history, and run a local lab to try it all on. "
-    "`acceldeploy COMMAND --help` for each."
+    "and report on it from the monitor's history. `acceldeploy COMMAND --help` for each."
 )
 
 
@@ -114,8 +121,22 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+def installed() -> dict[str, importlib.metadata.EntryPoint]:
+    """The subcommands other installed distributions add (ENTRY_POINTS), by name; one named as
+    one of COMMANDS is not taken."""
+    found = importlib.metadata.entry_points(group=ENTRY_POINTS)
+    return {ep.name: ep for ep in sorted(found, key=lambda ep: ep.name) if ep.name not in COMMANDS}
+
+
+def commands() -> tuple[str, ...]:
+    """Every subcommand, in the order `acceldeploy --help` lists them."""
+    return (*COMMANDS, *installed())
+
+
 def subcommand(name: str) -> Subcommand:
-    return cast(Subcommand, importlib.import_module(f"acceldeploy.cli.{name}"))
+    if name in COMMANDS:
+        return cast(Subcommand, importlib.import_module(f"acceldeploy.cli.{name}"))
+    return cast(Subcommand, installed()[name].load())
 
 
 def build_parser(
@@ -131,7 +152,7 @@ def build_parser(
     )
     sub.progs = dict(progs or {})
     parents = common.parents()
-    for name in COMMANDS if only is None else (only,):
+    for name in commands() if only is None else (only,):
         module = subcommand(name)
         parser = module.add_parser(sub, parents)
         parser.set_defaults(_run=module.run)
@@ -155,7 +176,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 def _run(words: list[str], prog: str | None) -> int:
     first = words[0] if words else None
     progs = {first: prog} if prog and first else {}
-    parser = build_parser(progs, first if first in COMMANDS else None)
+    parser = build_parser(progs, first if first in commands() else None)
     args, extra = parser.parse_known_args(words)
     name = getattr(args, common.PROG, parser.prog)
     if extra:  # named by the (sub)command that left them, not by the top parser

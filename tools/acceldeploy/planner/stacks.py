@@ -31,7 +31,7 @@ STACKS_FILE = VERSIONS_DIR / "stacks.yml"
 STACK_VAR = "acceldeploy_stack"
 # The command that records an engine's `vllm serve` options (data/engine-options/<name>.json).
 RECORD_ENGINE_OPTIONS = (
-    "python3 -m acceldeploy.lab.engine_options --out tools/acceldeploy/data/engine-options/"
+    "python3 -m acceldeploy_lab.engine_options --out tools/acceldeploy/data/engine-options/"
     "{name}.json"
 )
 
@@ -279,7 +279,7 @@ def lock_requirements(entry: dict[str, Any]) -> list[str]:
     if not lock.is_file():
         raise AcceldeployError(
             f"stack {entry['name']}: its lock {lock} is not recorded; make it with "
-            "`python3 -m acceldeploy.lab.labenv lock` on a lab env of vLLM "
+            "`python3 -m acceldeploy_lab.labenv lock` on a lab env of vLLM "
             f"{entry.get('vllm')}, or "
             f"set {STACK_VAR} to another {entry.get('platform', '')} stack"
         )

@@ -24,9 +24,11 @@ from typing import Any
 RECORD_FORMAT = 1
 RECORD_DIR = "/var/lib/acceldeploy/state"
 MAX_REASONS = 10
-# acceldeploy's code that decides what a role does; the lab's tooling is not deployed logic.
+# acceldeploy's code that decides what a role does; the lab's tooling is not deployed logic
+# (its own distribution, in lab/: outside these).
 CODE_DIRS = ("tools/acceldeploy", "plugins", "playbooks", "versions")
-CODE_SKIP = {"tools/acceldeploy": {"lab"}}
+# Directories under one of CODE_DIRS left out (none now).
+CODE_SKIP: dict[str, set[str]] = {}
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ def code_digest(root: str, package: str = "") -> str:
         _digest_tree(digest, root, top, CODE_SKIP.get(top, set()))
     if package:
         digest.update(b"package\0")
-        _digest_tree(digest, os.path.dirname(package), os.path.basename(package), {"lab"})
+        _digest_tree(digest, os.path.dirname(package), os.path.basename(package), set())
     return digest.hexdigest()
 
 

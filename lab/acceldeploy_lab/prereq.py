@@ -48,7 +48,7 @@ def require(problems: Iterable[Problem]) -> None:
 def check_root() -> list[Problem]:
     if os.geteuid() == 0:
         return []
-    return [Problem("root privileges", "run it as root: sudo python3 tools/lab.py ...")]
+    return [Problem("root privileges", "run it as root: sudo .venv/bin/python tools/lab.py ...")]
 
 
 def check_binaries(names: Iterable[str]) -> list[Problem]:

@@ -14,7 +14,7 @@ import signal
 import time
 from pathlib import Path
 
-from acceldeploy.lab import rootfs
+from acceldeploy_lab import rootfs
 
 MACHINE_PREFIX = "acceldeploy-"
 # A second, independent lab on the same machine: its own prefix, state dir and ports.

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.lab.processes import pid_alive
-
-TOOLS_DIR = Path(__file__).resolve().parents[2]
+from acceldeploy_lab import pythonpath
+from acceldeploy_lab.processes import pid_alive
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ def start(
     if pid is not None:
         return {"pid": pid, "started": False}
     daemon.log_file.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(TOOLS_DIR), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=pythonpath(), PYTHONUNBUFFERED="1")
     with daemon.log_file.open("ab") as log:
         proc = subprocess.Popen(
             list(argv),

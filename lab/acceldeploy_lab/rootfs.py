@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acceldeploy.downloads import osrepo
-from acceldeploy.lab import progress
+from acceldeploy_lab import progress
 
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
 RECIPE_VERSION = 2

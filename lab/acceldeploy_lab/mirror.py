@@ -10,8 +10,8 @@ olah 0.5.4 needs a newer huggingface_hub than transformers allows, so it runs fr
 venv (``$ACCELDEPLOY_CACHE/olahenv``), started by this module's ``serve`` command, which
 adds a request log (method, path, status, body bytes) in front of olah's unchanged app.
 
-    python3 -m acceldeploy.lab.mirror publish MODEL_DIR acceldeploy/tiny-qwen3-vl
-    python3 -m acceldeploy.lab.mirror start|stop|status|served
+    python3 -m acceldeploy_lab.mirror publish MODEL_DIR acceldeploy/tiny-qwen3-vl
+    python3 -m acceldeploy_lab.mirror start|stop|status|served
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.lab import daemon
+from acceldeploy_lab import daemon
 
 OLAH_REQUIREMENT = "olah==0.5.4"
 DEFAULT_HOST = "127.0.0.1"
@@ -259,7 +259,7 @@ def start(mirror: Mirror, olah_python: Path | None = None, timeout: float = 60.0
     argv = [
         str(python),
         "-m",
-        "acceldeploy.lab.mirror",
+        "acceldeploy_lab.mirror",
         "serve",
         "--config",
         str(mirror.config_path),
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", type=Path, default=None, help="default $ACCELDEPLOY_CACHE/mirror")
     common.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.lab.mirror")
+    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy_lab.mirror")
     sub = parser.add_subparsers(dest="command", required=True)
     pub = sub.add_parser("publish", parents=[common], help="publish a model dir as a repo")
     pub.add_argument("model_dir", type=Path)

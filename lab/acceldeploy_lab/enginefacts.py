@@ -4,12 +4,12 @@
 it: a wheel, an sdist or a plugin's tree) and, where a start of it was recorded, the metric
 families its ``/metrics`` exposed (the ``# TYPE`` lines)::
 
-    python3 -m acceldeploy.lab.enginefacts --version 0.12.0 \\
+    python3 -m acceldeploy_lab.enginefacts --version 0.12.0 \\
         --env-source /var/cache/acceldeploy/wheels/vllm-0.12.0+cpu-cp311-...whl \\
         --metrics tests/data/recorded/vllm-0.12.0-cpu-metrics.txt
 
 An Ascend or Gaudi stack adds its plugin's ``envs.py`` (``--plugin-env-source``, a directory
-or an archive and the path of the file inside). acceldeploy.lab.stackrecord writes a cpu
+or an archive and the path of the file inside). acceldeploy_lab.stackrecord writes a cpu
 stack's facts as its last step.
 """
 
@@ -121,7 +121,7 @@ def record(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.lab.enginefacts",
+    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy_lab.enginefacts",
                                      description=(__doc__ or "").splitlines()[0])  # fmt: skip
     parser.add_argument("--version", required=True, help="the vLLM version, e.g. 0.23.0")
     parser.add_argument("--env-source", type=Path, required=True,

@@ -19,7 +19,7 @@ from typing import Any
 
 from acceldeploy.bundle import ospackages as bundle_os
 from acceldeploy.downloads import wheelhouse
-from acceldeploy.lab import labenv, mirror, ospackages, progress, rootfs, tinymodel
+from acceldeploy_lab import labenv, mirror, ospackages, progress, rootfs, tinymodel
 
 
 def model_dir(cache: Path) -> Path:

@@ -12,7 +12,7 @@ Face protocol), so this one answers the handful of ``/api/v1`` calls the real cl
     GET /api/v1/models/{owner}/{name}/repo?Revision=R&FilePath=P  the file, with Range
     GET /api/v1/repos/internalAccelerationInfo                   404 (the client tolerates it)
 
-Repositories live where ``acceldeploy.lab.mirror.publish`` puts them
+Repositories live where ``acceldeploy_lab.mirror.publish`` puts them
 (``<root>/mirrors/models/<org>/<name>``, branch ``main``); ``master`` (ModelScope's default
 revision) resolves to ``main`` when the repository has no ``master``. Blobs are written once
 to ``<root>/msmirror-blobs/<git sha1>`` so ranges can be served with ``sendfile``. Every
@@ -21,7 +21,7 @@ body bytes), which ``served`` counts per file, like ``mirror.served``.
 
 Standard library only: it runs with the controller's ``python3``.
 
-    python3 -m acceldeploy.lab.msmirror start|stop|status|served [--root DIR] [--port P]
+    python3 -m acceldeploy_lab.msmirror start|stop|status|served [--root DIR] [--port P]
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.lab import daemon
-from acceldeploy.lab.mirror import BRANCH, MirrorError, cache_dir
+from acceldeploy_lab import daemon
+from acceldeploy_lab.mirror import BRANCH, MirrorError, cache_dir
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8095
@@ -356,7 +356,7 @@ def start(mirror: MsMirror, timeout: float = 30.0) -> dict[str, Any]:
     argv = [
         sys.executable,
         "-m",
-        "acceldeploy.lab.msmirror",
+        "acceldeploy_lab.msmirror",
         "serve",
         "--root",
         str(mirror.root),
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--root", type=Path, default=None, help="default $ACCELDEPLOY_CACHE/mirror")
     common.add_argument("--host", default=DEFAULT_HOST)
     common.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.lab.msmirror")
+    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy_lab.msmirror")
     sub = parser.add_subparsers(dest="command", required=True)
     for command, text in (
         ("start", "start detached, wait until it answers"),

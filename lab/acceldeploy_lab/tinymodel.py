@@ -2,9 +2,9 @@
 
 The config numbers are pure functions (the controller and unit tests read them without
 torch). Building the files needs torch, transformers and tokenizers, so it runs inside
-the lab toolchain venv (``acceldeploy.lab.labenv``):
+the lab toolchain venv (``acceldeploy_lab.labenv``):
 
-    $ACCELDEPLOY_CACHE/labenv/bin/python -m acceldeploy.lab.tinymodel OUT_DIR
+    $ACCELDEPLOY_CACHE/labenv/bin/python -m acceldeploy_lab.tinymodel OUT_DIR
 """
 
 from __future__ import annotations
@@ -510,10 +510,11 @@ def check(model_dir: Path) -> dict[str, Any]:
 
 def build_in_labenv(out: Path, labenv_python: Path, seed: int = DEFAULT_SEED) -> dict[str, str]:
     """Controller side: runs ``build`` with the lab venv's interpreter."""
-    tools_dir = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(tools_dir))
+    from acceldeploy_lab import pythonpath
+
+    env = dict(os.environ, PYTHONPATH=pythonpath())
     proc = subprocess.run(
-        [str(labenv_python), "-m", "acceldeploy.lab.tinymodel", str(out), "--seed", str(seed)],
+        [str(labenv_python), "-m", "acceldeploy_lab.tinymodel", str(out), "--seed", str(seed)],
         env=env,
         check=True,
         capture_output=True,

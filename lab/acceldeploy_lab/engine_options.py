@@ -10,9 +10,9 @@ Two sources:
 * the ``vllm`` installed in ``--python`` (vLLM 0.12.0 CPU in the labenv; ``--vllm-version
   0.13.0`` takes the 0.13.0 labenv instead)::
 
-    python3 -m acceldeploy.lab.engine_options \\
+    python3 -m acceldeploy_lab.engine_options \\
         --out tools/acceldeploy/data/engine-options/vllm-0.12.0.json
-    python3 -m acceldeploy.lab.engine_options --vllm-version 0.13.0 \\
+    python3 -m acceldeploy_lab.engine_options --vllm-version 0.13.0 \\
         --out tools/acceldeploy/data/engine-options/vllm-0.13.0.json
 
 * one commit of a git repository of a vLLM fork (HabanaAI/vllm-fork), archived into a
@@ -20,7 +20,7 @@ Two sources:
   ``vllm serve``'s parser needs; ``--stub`` names import roots that are replaced by empty
   modules, e.g. ``habana_frameworks``)::
 
-    python3 -m acceldeploy.lab.engine_options --git-dir /work/.mirror/HabanaAI+vllm-fork/repo \\
+    python3 -m acceldeploy_lab.engine_options --git-dir /work/.mirror/HabanaAI+vllm-fork/repo \\
         --commit 17a7946f471f972df6e53dcbf31c2ccaa0283ff6 --repo HabanaAI/vllm-fork \\
         --branch aice/v1.22.0 --stub habana_frameworks \\
         --out tools/acceldeploy/data/engine-options/vllm-fork-aice-v1.22.0.json
@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy.downloads import wheelhouse
-from acceldeploy.lab import labenv
+from acceldeploy_lab import labenv
 
-SCRIPT_PATH = "tools/acceldeploy/lab/engine_options.py"
+SCRIPT_PATH = "lab/acceldeploy_lab/engine_options.py"
 
 
 def installed_source(version: str, distribution: str | None) -> str:

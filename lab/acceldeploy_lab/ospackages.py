@@ -12,7 +12,7 @@ from typing import Any
 
 from acceldeploy.bundle import ospackages as bundle_os
 from acceldeploy.downloads import osrepo
-from acceldeploy.lab import rootfs
+from acceldeploy_lab import rootfs
 
 PACKAGES: tuple[str, ...] = bundle_os.CARRIED
 

@@ -16,7 +16,7 @@ from typing import Any
 from acceldeploy.bundle import server as bundle_server
 from acceldeploy.bundle.server import NO_TAG as NO_TAG
 from acceldeploy.bundle.server import TAG
-from acceldeploy.lab import daemon, ospackages
+from acceldeploy_lab import daemon, ospackages
 
 DEFAULT_PORT = bundle_server.DEFAULT_PORT
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
@@ -34,7 +34,7 @@ class WheelServer:
     directory: Path
     host: str = bundle_server.DEFAULT_HOST
     port: int = DEFAULT_PORT
-    # The lab's apt repositories (acceldeploy.lab.ospackages), served at /os/<suite>/.
+    # The lab's apt repositories (acceldeploy_lab.ospackages), served at /os/<suite>/.
     packages: Path | None = None
 
     @property

@@ -19,8 +19,8 @@ import contextlib
 import os
 from pathlib import Path
 
-from acceldeploy.lab.hosts import LabPaths, host_index, running_hosts
-from acceldeploy.lab.processes import MACHINE_PREFIX, cgroup_pids
+from acceldeploy_lab.hosts import LabPaths, host_index, running_hosts
+from acceldeploy_lab.processes import MACHINE_PREFIX, cgroup_pids
 
 
 def cpu_of(name: str, cpus: list[int]) -> int:

@@ -1,7 +1,7 @@
 """`acceldeploy lab` (tools/lab.py): local Debian hosts (12 by default; 11 and 13 too) with
 systemd as PID 1 (systemd-nspawn), reachable over ssh, and the caches, mirror and wheel server
 they use. ``configure`` adds the lab's commands to a parser; ``run`` runs the one parsed.
-acceldeploy.cli.lab wires them into `acceldeploy`."""
+acceldeploy_lab.command wires them into `acceldeploy`."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 from types import FrameType
 
 from acceldeploy.downloads import wheelhouse
-from acceldeploy.lab import cpupin, hosts, mirror, rootfs, stack, wheelserver
-from acceldeploy.lab.inventory import drop_hosts
-from acceldeploy.lab.prereq import MIN_FREE_GB, PrereqError
-from acceldeploy.lab.rootfs import RootfsError
+from acceldeploy_lab import cpupin, hosts, mirror, rootfs, stack, wheelserver
+from acceldeploy_lab.inventory import drop_hosts
+from acceldeploy_lab.prereq import MIN_FREE_GB, PrereqError
+from acceldeploy_lab.rootfs import RootfsError
 
 
 def _bind(text: str) -> hosts.Bind:
