@@ -14,7 +14,6 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -82,18 +81,12 @@ def place(source: Path, dest: Path, hashes: manifest.HashCache) -> bool:
     ):
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-    os.close(fd)
-    os.unlink(tmp)
-    try:
+    with fetchlock.replacing(dest) as tmp:
+        tmp.unlink()
         try:
             os.link(source, tmp)
         except OSError:
             shutil.copyfile(source, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return True
 
 
