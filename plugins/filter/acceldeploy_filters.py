@@ -18,7 +18,8 @@ from acceldeploy.serving import cluster, hostplan
 from acceldeploy.state import drift
 
 # The collection's root (this repository, or where ansible-galaxy installed it): the roles,
-# plugins and playbooks whose digest is part of every no-op key.
+# plugins and playbooks whose digest is part of every no-op key, the roles whose variables an
+# inventory may set.
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -157,7 +158,7 @@ def acceldeploy_number_errors(values: Mapping[str, Any]) -> list[str]:
 
 def acceldeploy_unknown_variables(names: list[str]) -> list[str]:
     """Variable names -> a message for each of ours that no role declares (closest name)."""
-    return varcheck.unknown_variables(names)
+    return varcheck.unknown_variables(REPO / "roles", names)
 
 
 def acceldeploy_type_errors(values: Mapping[str, Any]) -> list[str]:
@@ -165,7 +166,7 @@ def acceldeploy_type_errors(values: Mapping[str, Any]) -> list[str]:
     holds credentials in a URL; a credential's value is masked in every message."""
     given = plain(dict(values))
     secrets.remember(*(str(v) for k, v in given.items() if secrets.is_credential_name(k) and v))
-    errors = varcheck.type_errors(given) + secrets.url_credential_errors(given)
+    errors = varcheck.type_errors(REPO / "roles", given) + secrets.url_credential_errors(given)
     return [secrets.mask(message) for message in errors]
 
 

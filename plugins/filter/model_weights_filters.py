@@ -8,10 +8,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from acceldeploy.data_files import VERSIONS_DIR
 from acceldeploy.downloads import weights
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.ansible_adapter import filters
-from acceldeploy.planner.stacks import VERSIONS_DIR
 
 
 def model_weights_specs(services: Any, require_revision: bool = True) -> list[dict[str, Any]]:

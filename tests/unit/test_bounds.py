@@ -12,11 +12,12 @@ import yaml
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hosttuning.inputs import HUGEPAGES_MAX, settings
 from acceldeploy.inventory import bounds
-from acceldeploy.inventory.roledefaults import ROLES, ROLES_DIR, role_defaults
+from acceldeploy.inventory.roledefaults import ROLES, role_defaults
 from acceldeploy.runtimes.python_env import python_env_plan
 
 DAY2 = ("timeout", "retries", "count", "keep", "serial", "batch", "poll", "workers", "port",
         "interval", "burst", "restart_sec", "reserve", "percentage", "tokens")  # fmt: skip
+ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
 # Bounded with the role's other inputs (tools/acceldeploy/hosttuning/inputs.py STEPS).
 HOST_TUNING = {"host_tuning_reboot_batch", "host_tuning_reboot_max_fail_percentage",
                "host_tuning_reboot_timeout", "host_tuning_hugepages",

@@ -23,6 +23,7 @@ import acceldeploy
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ROLES = sorted(p.parent.name for p in (ROOT / "roles").glob("*/meta"))
+TEMPLATES = sorted((ROOT / "tools/acceldeploy/data/vllm_service/templates").glob("*.j2"))
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -90,6 +91,13 @@ def test_the_tarball_holds_the_roles_and_plugins_and_no_local_state(built) -> No
     assert utils.issym() and utils.linkname == "../../tools/acceldeploy"
     assert "tools/acceldeploy/state/drift.py" in names and "tools/acceldeploy/fetch/run.py" in names
     assert "roles/vllm_service/templates/vllm.service.j2" in names
+    # the package's data seen from the documented places: symlinks inside the collection, kept
+    for name in ("versions", "schemas"):
+        assert members[name].issym() and members[name].linkname == f"tools/acceldeploy/data/{name}"
+    for template in TEMPLATES:
+        member = members[f"roles/vllm_service/templates/{template.name}"]
+        assert member.issym(), template.name
+        assert member.linkname == f"../../../{template.relative_to(ROOT)}", template.name
     for kept_out in (".venv", ".git", ".ansible", ".lab", "site", "collections", "tests/lab",
                      "inventory/lab", "inventory/lab-cluster", "dist", "bench-results",
                      "tune-results", ".ruff_cache", ".mypy_cache", ".pytest_cache",
@@ -103,6 +111,18 @@ def test_the_tarball_holds_the_roles_and_plugins_and_no_local_state(built) -> No
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".tar.gz"))]
     hidden = [n for n in names if "/." in "/" + n]
     assert not hidden, hidden[:5]
+
+
+def test_the_installed_collection_reads_the_package_data_through_its_symlinks(built) -> None:
+    installed = built["installed"]
+    assert (installed / "versions" / "stacks.yml").read_text() == (
+        ROOT / "versions" / "stacks.yml"
+    ).read_text()
+    assert (installed / "schemas" / "verify-report.schema.json").is_file()
+    assert TEMPLATES
+    for template in TEMPLATES:
+        role_template = installed / "roles" / "vllm_service" / "templates" / template.name
+        assert role_template.read_text() == template.read_text(), template.name
 
 
 def test_a_playbook_outside_the_repository_resolves_the_roles_by_fqcn(built) -> None:

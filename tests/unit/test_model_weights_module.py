@@ -193,7 +193,7 @@ def test_filter_plugin_and_role_reach_the_package_without_paths():
     spec.loader.exec_module(module)
     filters = module.FilterModule().filters()
     versions = Path(filters["model_weights_versions_file"]("fetch.txt"))
-    assert versions == REPO / "versions" / "fetch.txt" and versions.is_file()
+    assert versions == PACKAGE / "data" / "versions" / "fetch.txt" and versions.is_file()
     checked = [plugin, REPO / "plugins" / "modules" / "model_weights_fetch.py"]
     checked += sorted((REPO / "roles" / "model_weights").rglob("*.y*ml"))
     for path in checked:

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acceldeploy.docsgen import roledocs, rolemeta
+from acceldeploy.docsgen import packagedata, roledocs, rolemeta
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import targets
+from acceldeploy.inventory import roledefaults, targets
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = roledocs.roles(ROOT / "roles")
 FIX = "cd tools && ../.venv/bin/python -m acceldeploy.docsgen.roledocs --write"
+ROLE_DEFAULTS = ROOT / "tools/acceldeploy/data/role-defaults.yml"
 
 
 def test_every_role_is_documented():
@@ -208,7 +209,47 @@ def test_the_inventory_reference_lists_every_service_key_the_parser_accepts():
 
     assert set(service.KEYS) == {"name", "model", *service.DEFAULTS}
     assert all(kind and meaning for kind, meaning in service.KEYS.values())
-    page = (roledocs.ROLES_DIR.parent / "docs/reference/inventory.md").read_text()
+    page = (ROOT / "docs/reference/inventory.md").read_text()
     assert roledocs.splice(page, {"service_keys": roledocs.render_service_keys()}) == page
     for key in service.KEYS:
         assert f"| `{key}` |" in page
+
+
+def test_the_packaged_role_defaults_are_the_roles_own():
+    """data/role-defaults.yml (what roledefaults reads, in a wheel too) is generated from every
+    roles/<role>/defaults/main.yml the package reads, and says the same."""
+    assert ROLE_DEFAULTS.read_text() == packagedata.expected(ROOT)[ROLE_DEFAULTS], (
+        f"tools/acceldeploy/data/role-defaults.yml differs from roles/*/defaults/main.yml: "
+        f"run `{FIX}`"
+    )
+    for role in roledefaults.ROLES:
+        own = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
+        assert roledefaults.role_defaults(role) == own, role
+
+
+def test_check_names_stale_role_defaults_and_write_fixes_them(tmp_path, capsys):
+    for role in roledefaults.ROLES:
+        (tmp_path / "roles" / role / "defaults").mkdir(parents=True)
+        shutil.copy(ROOT / "roles" / role / "defaults" / "main.yml",
+                    tmp_path / "roles" / role / "defaults" / "main.yml")  # fmt: skip
+    generated = tmp_path / "tools/acceldeploy/data/role-defaults.yml"
+    generated.parent.mkdir(parents=True)
+    generated.write_text(ROLE_DEFAULTS.read_text().replace("gateway_bind:", "gateway_bound:"))
+    roles_dir = str(tmp_path / "roles")
+
+    assert roledocs.main(["--check", "--roles-dir", roles_dir]) == 1
+    err = capsys.readouterr().err
+    assert "tools/acceldeploy/data/role-defaults.yml is stale" in err
+    assert "python -m acceldeploy.docsgen.roledocs --write" in err
+
+    assert roledocs.main(["--write", "--roles-dir", roles_dir]) == 0
+    assert generated.read_text() == ROLE_DEFAULTS.read_text()
+    assert roledocs.main(["--check", "--roles-dir", roles_dir]) == 0
+
+
+def test_the_command_works_on_the_checkout_it_is_run_in(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT / "tools")
+    assert roledocs.main(["--check"]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert roledocs.main(["--check"]) == 2
+    assert "no acceldeploy checkout (galaxy.yml and roles/) at or above" in capsys.readouterr().err

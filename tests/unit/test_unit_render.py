@@ -173,6 +173,22 @@ def test_the_templates_read_like_the_units_and_share_one_sandbox():
         assert line.startswith("[") or not line or f"\n{name}=" in text, name
 
 
+def test_the_role_renders_the_templates_the_package_carries():
+    """roles/vllm_service/templates/ holds symlinks to the package's templates (unit.TEMPLATES):
+    the role and `plan.py render --unit` render the same files, from a checkout, an installed
+    collection or a wheel."""
+    from acceldeploy.serving.unit import TEMPLATES
+
+    role = ROOT / "roles/vllm_service/templates"
+    assert TEMPLATES.resolve() == ROOT / "tools/acceldeploy/data/vllm_service/templates"
+    packaged = sorted(p.name for p in TEMPLATES.glob("*.j2"))
+    assert packaged == ["ray-node.service.j2", "vllm-launcher.sh.j2", "vllm.service.j2"]
+    assert sorted(p.name for p in role.iterdir()) == packaged
+    for name in packaged:
+        assert (role / name).is_symlink(), name
+        assert (role / name).resolve() == (TEMPLATES / name).resolve(), name
+
+
 def test_ascend_example_argv_and_env():
     (unit,) = units(ASCEND)
     assert unit.argv == [

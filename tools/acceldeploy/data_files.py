@@ -1,4 +1,5 @@
-"""Loaders for the YAML data shipped with the package (platforms, model catalog)."""
+"""The data shipped with the package: its directories (the pinned stacks, the JSON schemas) and
+the loader of its YAML tables (platforms, model catalog)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 import yaml
 
 DATA_DIR = Path(__file__).parent / "data"
+VERSIONS_DIR = DATA_DIR / "versions"
+SCHEMAS_DIR = DATA_DIR / "schemas"
 
 
 @cache

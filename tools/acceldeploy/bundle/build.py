@@ -14,16 +14,14 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 import time
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from acceldeploy import __version__
-from acceldeploy.bundle import manifest, ospackages
+from acceldeploy.bundle import manifest, ospackages, ownwheel
 from acceldeploy.bundle.hostclass import HostClass, classes
 from acceldeploy.downloads import fetchlock, wheelcache, wheelhouse
 from acceldeploy.downloads.weights import merge, model_specs
@@ -34,7 +32,6 @@ from acceldeploy.gateway.plan import serving_hosts
 from acceldeploy.planner.stacks import host_stack, lock_requirements
 
 Say = Callable[[str], None]
-REPO = Path(__file__).resolve().parents[3]
 HUB_ENDPOINT_VARS = {
     "hf": "model_weights_hf_endpoint",
     "modelscope": "model_weights_modelscope_endpoint",
@@ -82,18 +79,12 @@ def place(source: Path, dest: Path, hashes: manifest.HashCache) -> bool:
     ):
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-    os.close(fd)
-    os.unlink(tmp)
-    try:
+    with fetchlock.replacing(dest) as tmp:
+        tmp.unlink()
         try:
             os.link(source, tmp)
         except OSError:
             shutil.copyfile(source, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return True
 
 
@@ -165,8 +156,7 @@ def hub_wheels(klass: HostClass, cache: Path, say: Say) -> list[Path]:
 def controller_wheels(cache: Path, say: Say) -> list[Path]:
     """The controller's toolchain (this package and its dependencies) for this controller's
     Python, so a controller on the rack installs offline too."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    deps = list(project["dependencies"])
+    deps = ownwheel.requirements()
     digest = hashlib.sha256("\n".join([__version__, *deps]).encode()).hexdigest()[:12]
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     dest = cache / "controller-wheels" / f"{tag}-{digest}"
@@ -175,12 +165,9 @@ def controller_wheels(cache: Path, say: Say) -> list[Path]:
         say(f"controller: fetching its toolchain's wheels for CPython {tag} into {dest}")
         dest.mkdir(parents=True, exist_ok=True)
         log = cache / "logs" / "controller-wheels.log"
-        env = wheelhouse.pip_env(isolated=False)
-        pip = [sys.executable, "-m", "pip"]
-        wheelhouse.run_logged(
-            [*pip, "download", "--only-binary=:all:", "--dest", str(dest), *deps], log, env
-        )
-        wheelhouse.run_logged([*pip, "wheel", "--no-deps", "-w", str(dest), str(REPO)], log, env)
+        pip = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(dest)]
+        wheelhouse.run_logged([*pip, *deps], log, wheelhouse.pip_env(isolated=False))
+        ownwheel.build(dest, log)
         stamp.write_text("\n".join(deps) + "\n")
     return sorted(dest.glob("*.whl"))
 

@@ -19,12 +19,11 @@ written since (a flipped byte included) is hashed again.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from acceldeploy.downloads.fetchlock import replacing
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import hash_file
 
@@ -76,15 +75,8 @@ class HashCache:
 def write_json(path: Path, data: Any) -> None:
     """Atomically: the file is the old one or the new one, never half of either."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out, indent=1, sort_keys=True)
-            out.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def load(directory: Path) -> dict[str, Any]:

@@ -73,7 +73,7 @@ class _Subparsers(argparse._SubParsersAction):  # type: ignore[type-arg]
 def version_text() -> str:
     """`acceldeploy --version`: the package's version, then each pinned serving stack."""
     from acceldeploy import __version__
-    from acceldeploy.planner.stacks import REPO, STACKS_FILE, load_stacks
+    from acceldeploy.planner.stacks import STACKS_FILE, load_stacks
 
     lines = [f"acceldeploy {__version__}"]
     try:
@@ -84,7 +84,7 @@ def version_text() -> str:
         (name, "(default)" if entry["default"] else "", _serving(entry))
         for name, entry in stacks.items()
     ]
-    lines.append(f"pinned stacks ({STACKS_FILE.relative_to(REPO)}; acceldeploy plan stacks):")
+    lines.append(f"pinned stacks ({STACKS_FILE}; acceldeploy plan stacks):")
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     lines += [f"  {p.ljust(widths[0])}  {n.ljust(widths[1])}  {s}" for p, n, s in rows]
     return "\n".join(lines)

@@ -21,12 +21,13 @@ from acceldeploy.bench.formatting import significant
 from acceldeploy.bench.runner import Target, read_all_deployed, run_all, run_key
 from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import PROG, Parents
+from acceldeploy.data_files import SCHEMAS_DIR
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups
 from acceldeploy.secrets import mask
 from acceldeploy.serving import selection
 
-SCHEMA = Path(__file__).resolve().parents[3] / "schemas" / "bench-summary.schema.json"
+SCHEMA = SCHEMAS_DIR / "bench-summary.schema.json"
 
 
 def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """The generated parts of each role's README.md and meta/main.yml, of the inventory
-reference (docs/reference/inventory.md: every service key, from service.KEYS) and of the
-stacks reference (docs/reference/stacks.md: the matrix and sources of versions/stacks.yml).
+reference (docs/reference/inventory.md: every service key, from service.KEYS), of the
+stacks reference (docs/reference/stacks.md: the matrix and sources of versions/stacks.yml)
+and the package's data taken from the roles (acceldeploy.docsgen.packagedata).
 
 A README keeps its prose; only the blocks between ``<!-- BEGIN GENERATED: <name> -->`` and
 ``<!-- END GENERATED -->`` are rendered: ``variables`` from the role's meta/argument_specs.yml
@@ -10,6 +11,9 @@ table.
 
     python -m acceldeploy.docsgen.roledocs --write  # regenerate every role (and missing READMEs)
     python -m acceldeploy.docsgen.roledocs --check  # exit 1 naming each stale file
+
+A maintainer's command: it works on the checkout it is run in (the current directory or one
+above it holding galaxy.yml and roles/).
 """
 
 from __future__ import annotations
@@ -24,13 +28,12 @@ from typing import Any
 
 import yaml
 
-from acceldeploy.docsgen import rolemeta
+from acceldeploy.docsgen import packagedata, rolemeta
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import targets
 from acceldeploy.planner import stackmatrix
 from acceldeploy.serving import service
 
-ROLES_DIR = Path(__file__).resolve().parents[3] / "roles"
 COMMAND = rolemeta.COMMAND
 END = "<!-- END GENERATED -->"
 BLOCK = re.compile(r"<!-- BEGIN GENERATED: (?P<name>[a-z_]+) -->\n.*?" + re.escape(END), re.S)
@@ -48,7 +51,17 @@ SOURCES = {
 }
 
 
-def roles(roles_dir: Path = ROLES_DIR) -> list[Path]:
+def checkout(start: Path) -> Path:
+    """The acceldeploy checkout at or above ``start``."""
+    for directory in (start, *start.parents):
+        if (directory / "galaxy.yml").is_file() and (directory / "roles").is_dir():
+            return directory
+    raise AcceldeployError(
+        f"no acceldeploy checkout (galaxy.yml and roles/) at or above {start}: run it in one"
+    )
+
+
+def roles(roles_dir: Path) -> list[Path]:
     """Every role directory with an argument spec."""
     return sorted(p.parents[1] for p in roles_dir.glob("*/meta/argument_specs.yml"))
 
@@ -275,7 +288,7 @@ def references(repo: Path) -> dict[Path, dict[str, str]]:
     }
 
 
-def stale(roles_dir: Path = ROLES_DIR) -> dict[Path, str]:
+def stale(roles_dir: Path) -> dict[Path, str]:
     """The files that differ from what they should hold -> that text."""
     found: dict[Path, str] = {}
     for reference, blocks in references(roles_dir.parent).items():
@@ -284,10 +297,12 @@ def stale(roles_dir: Path = ROLES_DIR) -> dict[Path, str]:
             wanted = splice(text, blocks, str(reference))
             if wanted != text:
                 found[reference] = wanted
+    generated = packagedata.expected(roles_dir.parent)
     for role_dir in roles(roles_dir):
-        for path, text in expected(role_dir).items():
-            if not path.exists() or path.read_text() != text:
-                found[path] = text
+        generated.update(expected(role_dir))
+    for path, text in generated.items():
+        if not path.exists() or path.read_text() != text:
+            found[path] = text
     return found
 
 
@@ -298,15 +313,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="regenerate every role's files")
     mode.add_argument("--check", action="store_true", help="exit 1 naming each stale file")
-    parser.add_argument("--roles-dir", type=Path, default=ROLES_DIR, help=argparse.SUPPRESS)
+    parser.add_argument("--roles-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
-        found = stale(args.roles_dir.resolve())
+        roles_dir = (args.roles_dir or checkout(Path.cwd()) / "roles").resolve()
+        found = stale(roles_dir)
     except AcceldeployError as exc:
         print(f"roledocs: {exc}", file=sys.stderr)
         return 2
     for path, text in found.items():
-        shown = path.relative_to(args.roles_dir.resolve().parent)
+        shown = path.relative_to(roles_dir.parent)
         if args.write:
             path.write_text(text)
             print(f"wrote {shown}")

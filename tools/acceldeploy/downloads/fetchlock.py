@@ -24,13 +24,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-LOCK = Path(__file__).resolve().parents[3] / "versions" / "fetch.txt"
+from acceldeploy.data_files import VERSIONS_DIR
+
+LOCK = VERSIONS_DIR / "fetch.txt"
 OLDEST_GLIBC_MINOR = 17  # manylinux2014 == manylinux_2_17
 _PYTHON = re.compile(r"3\.(\d+)(\.\d+)?")
 _ARCH = re.compile(r"[a-z0-9_]+")
@@ -165,6 +168,20 @@ def put_in_place(tmp: Path, dest: Path) -> None:
     os.replace(tmp, dest)
     if old is not None:
         shutil.rmtree(old)
+
+
+@contextmanager
+def replacing(dest: Path) -> Iterator[Path]:
+    """A temporary file beside ``dest`` to fill; filled, it becomes ``dest`` (mode 0644) in one
+    rename, so ``dest`` is the old file or the new one, never part of either. Gone on failure."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def download(

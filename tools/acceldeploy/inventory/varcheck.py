@@ -2,18 +2,20 @@
 prefixes that nothing declares is refused with the closest real name, and a value that does
 not fit its argument spec (type, list elements, choices) is refused in plain words. What is
 declared: every role's meta/argument_specs.yml (all entry points), its defaults/ and vars/,
-and the inventory-wide acceldeploy_* variables below."""
+and the inventory-wide acceldeploy_* variables below. The roles are the ones the run plays:
+the collection's filter plugin passes its own roles/."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from acceldeploy.inventory.roledefaults import ROLES, ROLES_DIR
+from acceldeploy.inventory.roledefaults import ROLES
 
 PREFIXES = ("acceldeploy_", *(f"{role}_" for role in ROLES))
 # Inventory-wide variables no single role owns, with their argument spec.
@@ -50,19 +52,18 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
 }
 
 
-def _keys(path: str) -> set[str]:
-    file = ROLES_DIR / path
+def _keys(file: Path) -> set[str]:
     if not file.is_file():
         return set()
     return set(yaml.safe_load(file.read_text()) or {})
 
 
 @cache
-def specs() -> dict[str, dict[str, Any]]:
+def specs(roles_dir: Path) -> dict[str, dict[str, Any]]:
     """Every role variable's argument spec (the first entry point that declares it)."""
     found: dict[str, dict[str, Any]] = {k: dict(v) for k, v in INVENTORY_VARS.items()}
     for role in ROLES:
-        data = yaml.safe_load((ROLES_DIR / role / "meta/argument_specs.yml").read_text())
+        data = yaml.safe_load((roles_dir / role / "meta/argument_specs.yml").read_text())
         for entry in data["argument_specs"].values():
             for name, spec in (entry.get("options") or {}).items():
                 found.setdefault(str(name), dict(spec or {}))
@@ -70,10 +71,11 @@ def specs() -> dict[str, dict[str, Any]]:
 
 
 @cache
-def declared() -> frozenset[str]:
-    names = set(INVENTORY_VARS) | set(specs())
+def declared(roles_dir: Path) -> frozenset[str]:
+    names = set(INVENTORY_VARS) | set(specs(roles_dir))
     for role in ROLES:
-        names |= _keys(f"{role}/defaults/main.yml") | _keys(f"{role}/vars/main.yml")
+        role_dir = roles_dir / role
+        names |= _keys(role_dir / "defaults/main.yml") | _keys(role_dir / "vars/main.yml")
     return frozenset(names)
 
 
@@ -103,10 +105,10 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def type_errors(values: Mapping[str, Any]) -> list[str]:
+def type_errors(roles_dir: Path, values: Mapping[str, Any]) -> list[str]:
     """One message per variable whose value does not fit its argument spec's type, elements
     or choices, in plain words (before Ansible's own validation names its internal types)."""
-    known = specs()
+    known = specs(roles_dir)
     messages = []
     for name, value in sorted(values.items()):
         spec = known.get(name)
@@ -131,9 +133,9 @@ def type_errors(values: Mapping[str, Any]) -> list[str]:
     return messages
 
 
-def unknown_variables(names: Iterable[str]) -> list[str]:
+def unknown_variables(roles_dir: Path, names: Iterable[str]) -> list[str]:
     """One message per variable with our prefix that nothing declares."""
-    known = declared()
+    known = declared(roles_dir)
     messages = []
     for name in sorted(set(map(str, names))):
         if not name.startswith(PREFIXES) or name in known:

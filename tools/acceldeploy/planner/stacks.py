@@ -4,8 +4,10 @@ A host runs one named stack: the one its ``acceldeploy_stack`` names, else its p
 default. The loader refuses a stack whose parts disagree (its vLLM, CANN, Gaudi software or
 Python outside the lists its plugin supports), ``host_stack`` a choice of an unknown stack or
 of another platform's. The keys each platform's stacks must set are its class's
-(``acceldeploy.platforms``). The cpu stacks' lock files are read by ``lock_requirements``.
-``acceldeploy.planner.platforms`` and ``acceldeploy.runtimes`` both import this module.
+(``acceldeploy.platforms``). The cpu stacks' lock files are read by ``lock_requirements``. The
+files are the package's data (``data/versions/``; ``versions/`` at the repository's root is a
+symlink to it). ``acceldeploy.planner.platforms`` and ``acceldeploy.runtimes`` both import
+this module.
 """
 
 from __future__ import annotations
@@ -21,12 +23,11 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from acceldeploy.data_files import VERSIONS_DIR
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.kvplan import KV_RULES
 from acceldeploy.platforms import for_name, known_names
 
-REPO = Path(__file__).resolve().parents[3]
-VERSIONS_DIR = REPO / "versions"
 STACKS_FILE = VERSIONS_DIR / "stacks.yml"
 STACK_VAR = "acceldeploy_stack"
 # The command that records an engine's `vllm serve` options (data/engine-options/<name>.json).

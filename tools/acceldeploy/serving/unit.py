@@ -17,9 +17,9 @@ import posixpath
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from acceldeploy.data_files import DATA_DIR
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
 from acceldeploy.planner.stacks import DEFAULT_METRICS
@@ -27,9 +27,10 @@ from acceldeploy.serving import render
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import Launch
 
-# The vllm_service role's own templates: the role renders them on the controller, and
-# `plan.py render --unit` here, the same files.
-TEMPLATES = Path(__file__).resolve().parents[3] / "roles" / "vllm_service" / "templates"
+# The vllm_service role's templates, kept in the package (roles/vllm_service/templates/ holds
+# symlinks to them): the role renders them on the controller, and `plan.py render --unit`
+# here, the same files.
+TEMPLATES = DATA_DIR / "vllm_service" / "templates"
 UNIT_TEMPLATE = "vllm.service.j2"
 LAUNCHER_TEMPLATE = "vllm-launcher.sh.j2"
 HEADER = "Managed by acceldeploy (roles/vllm_service); `tools/plan.py render --unit` prints it"

@@ -12,23 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import yaml
 
+from acceldeploy import yamltext
 from acceldeploy.downloads.fetchlock import put_in_place
 
 SKELETONS = Path(__file__).resolve().parent.parent / "skeletons" / "inventory"
 
 
-class _Dumper(yaml.SafeDumper):
-    """Lists indented under their key, as the example inventories write them."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        super().increase_indent(flow, False)
-
-
 def to_yaml(value: Any) -> str:
-    text = yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
-    return text.rstrip()
+    return yamltext.dump(value).rstrip()
 
 
 def render(context: Mapping[str, Any]) -> dict[str, str]:

@@ -24,9 +24,9 @@ from typing import Any
 RECORD_FORMAT = 1
 RECORD_DIR = "/var/lib/acceldeploy/state"
 MAX_REASONS = 10
-# acceldeploy's code that decides what a role does; the lab's tooling is not deployed logic
-# (its own distribution, in lab/: outside these).
-CODE_DIRS = ("tools/acceldeploy", "plugins", "playbooks", "versions")
+# acceldeploy's code that decides what a role does, the pinned stacks among its data
+# (versions/ is a symlink into it); the lab's tooling is its own distribution, in lab/.
+CODE_DIRS = ("tools/acceldeploy", "plugins", "playbooks")
 # Directories under one of CODE_DIRS left out (none now).
 CODE_SKIP: dict[str, set[str]] = {}
 
