@@ -148,8 +148,9 @@ def test_splice_keeps_prose_around_the_blocks():
 
 def test_cells_escape_markdown_and_render_ansible_markup():
     assert roledocs._prose(["<org>/<name>", "a | b", "C(seed) *.launch"]) == (
-        "\\<org>/\\<name> a \\| b `seed` \\*.launch"
+        "&lt;org>/&lt;name> a \\| b `seed` \\*.launch"
     )
+    assert roledocs._code("{{ a | default('') }}") == "<code>{{ a &#124; default('') }}</code>"
     assert roledocs._prose("python_env_venv_python and _extra") == (
         "python_env_venv_python and \\_extra"
     )
