@@ -213,3 +213,15 @@ def test_the_inventory_reference_lists_every_service_key_the_parser_accepts():
     assert roledocs.splice(page, {"service_keys": roledocs.render_service_keys()}) == page
     for key in service.KEYS:
         assert f"| `{key}` |" in page
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda role: role.name)
+def test_the_docs_site_has_the_readme_as_the_roles_page(role):
+    """docs/reference/roles/<role>.md includes the README (after its title line) and is in the
+    nav: one source, and the strict build fails on a path that moved."""
+    page = ROOT / "docs" / "reference" / "roles" / f"{role.name}.md"
+    assert page.exists(), f"docs/reference/roles/{role.name}.md is missing: copy another role's"
+    assert f'--8<-- "roles/{role.name}/README.md:2:"' in page.read_text()
+    assert (role / "README.md").read_text().startswith(f"# {role.name}\n")
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert f"- {role.name}: reference/roles/{role.name}.md\n" in nav
