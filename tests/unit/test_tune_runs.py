@@ -226,13 +226,18 @@ def test_the_table_and_the_plot_show_intervals_and_the_deployed_point(tmp_path):
 
     rows, best = decide([9.8, 6.1, 10.2], {A.label: [8.7, 5.9, 9.1], B.label: [24.4, 15.4, 25.0]},
                         peaks={B.label: [2457.3, 2460.0, 2470.2]})  # fmt: skip
-    console = Console(width=220, record=True)
-    console.print(report.table(rows, "tune lab1/qwen3-vl", 3))
+    console = Console(width=100, record=True)
+    report.print_table(console, rows, "tune lab1/qwen3-vl", 3)
     text = console.export_text()
     assert "deployed flags" in text and "(baseline)" in text
     assert "24.4 [12.5, 30.7]" in text and "+14.6 [+7.64, +18.2]" in text
     assert "2,460 [2,451, 2,474]" in text
     assert "90% Student-t interval of the mean" in text
+    # split to fit 100 columns, each part beginning with the points; the decision in the first
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert text.count("| point ") >= 2
+    first = text[: text.index("| point", text.index("| point") + 1)]
+    assert "beats deployed" in first and "throughput" in first
     missed = {**A.describe(), "runs": 1, "status": "measured", "p99_ttft_ms": None,
               "lowest": {"rate": "1", "throughput": 0.45, "p99_ttft_ms": 8070.0}}  # fmt: skip
     report.plot_pareto([*rows, missed], best, 1500.0, tmp_path / "pareto.png",

@@ -7,12 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from acceldeploy import tables
 from acceldeploy.bench import formatting
 from acceldeploy.bench.interval import METHOD, Interval
 from acceldeploy.tune.decision import NO_WINNER
 
-COLUMNS = ("point", "runs", "status", "req/s at SLA", "gain req/s", "p99 TTFT ms",
-           "peak MiB", "gain MiB", "ready s", "beats deployed")  # fmt: skip
+# The decision first: a table split to fit the line keeps these beside each point.
+COLUMNS = ("point", "status", "beats deployed", "req/s at SLA", "gain req/s", "p99 TTFT ms",
+           "peak MiB", "gain MiB", "ready s", "runs")  # fmt: skip
 
 
 def _interval(row: dict[str, Any], key: str) -> Interval | None:
@@ -31,10 +33,11 @@ def cells(row: dict[str, Any], runs: int) -> list[str]:
 
     beats = "(baseline)" if row["deployed"] else row.get("beats") or "no"
     return [
-        row["label"], f"{row['runs']}/{runs}", status,
+        row["label"], status, beats,
         figure("sla_throughput"), figure("gain_sla_throughput", sign=True),
         figure("p99_ttft_ms"), figure("peak_mib", number="mib"),
-        figure("gain_peak_mib", number="mib", sign=True), figure("ready_seconds"), beats,
+        figure("gain_peak_mib", number="mib", sign=True), figure("ready_seconds"),
+        f"{row['runs']}/{runs}",
     ]  # fmt: skip
 
 
@@ -59,15 +62,10 @@ def decision_line(best: dict[str, Any] | None) -> str:
     return f"winner: {best['label']}: beats the deployed flags by {by}"
 
 
-def table(rows: list[dict[str, Any]], title: str, runs: int) -> Any:
-    from rich.table import Table
-
-    found = Table(title=title, caption=legend(runs), caption_justify="left")
-    for column in COLUMNS:
-        found.add_column(column)
-    for row in rows:
-        found.add_row(*cells(row, runs))
-    return found
+def print_table(out: Any, rows: list[dict[str, Any]], title: str, runs: int) -> None:
+    """The table of every point on the console `out`, split to fit its width."""
+    shown = [cells(row, runs) for row in rows]
+    tables.print_table(out, title, COLUMNS, shown, caption=legend(runs))
 
 
 def _errors(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[list[float]]]:
