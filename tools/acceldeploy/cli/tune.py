@@ -337,8 +337,7 @@ def report(state: dict[str, Any], out: Path, config: Setup, best: dict[str, Any]
     shown.print_table(tables.console(), rows, f"tune {where} (SLA {limits})", runs)
     if any(r.get("runs") for r in rows):
         sla_ttft = config.settings["sla_ms"].get("p99_ttft")
-        title = f"tune {where} (SLA {limits}): {str(state['decision']).splitlines()[0]}"
-        shown.plot_pareto(rows, best, sla_ttft, out / "pareto.png", title=title[:110])
+        shown.plot_pareto(rows, best, sla_ttft, out / "pareto.png", where=where, sla=limits)
     if state.get("stopped"):
         print(f"stopped: {state['stopped']}")
     print(state["decision"])
