@@ -214,3 +214,35 @@ def test_the_inventory_names_the_monitor_and_its_growth_settings(
         "acceldeploy report: error: no host in the monitors group: add one "
         "(docs/operations/monitoring.md)\n"
     )
+
+
+def test_up_draws_each_service_in_a_lane_of_its_own() -> None:
+    """Two services up at once: neither line lies on the other. lab2 starts later and is down
+    for a while; its drop and its shaded span stay in its own lane."""
+    window = report.Window(END - 600, END)
+    step = window.step
+    start = int(window.start)
+    up1 = [(float(t), 1.0) for t in range(start, int(END) + 1, step)]
+    up2 = [(float(t), 0.0 if 400 <= t - start < 460 else 1.0)
+           for t in range(start + 120, int(END) + 1, step)]  # fmt: skip
+    series: dict[str, dict[report.Key, list[promapi.Point]]] = {f.key: {} for f in report.FIGURES}
+    series["up"] = {("lab1", "qwen3-vl"): up1, ("lab2", "qwen3-8b"): up2}
+    found = report.Report("http://127.0.0.1:9090", window, series, {}, rules.settings({}))
+    fig = report.figure_for(found, report.BY_KEY["up"])
+    ax = fig.axes[0]
+    spans = []
+    for line in ax.get_lines():
+        ys = [float(y) for y in line.get_ydata() if not math.isnan(float(y))]
+        spans.append((min(ys), max(ys)))
+    (lab2, lab1) = sorted(spans)
+    assert lab2[1] < lab1[0]  # lanes apart: lab1 above, never crossing lab2
+    assert lab1[0] == lab1[1] and lab2[0] < lab2[1]  # lab1 flat, lab2 drops while down
+    ticks = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks(), strict=True)}
+    for name, lane in (("lab1/qwen3-vl", lab1), ("lab2/qwen3-8b", lab2)):
+        assert lane[1] - report.LANE_HEIGHT < ticks[name] < lane[1]  # each lane named
+    bottom, top = ax.get_ylim()
+    assert bottom < lab2[0] and lab1[1] < top
+    (shade,) = ax.collections
+    assert shade.get_label() == "lab2/qwen3-8b down"
+    assert shade.get_paths()[0].get_extents().y1 <= lab2[1] + 1e-9
+    fig.clf()

@@ -149,8 +149,9 @@ def test_splice_keeps_prose_around_the_blocks():
 
 def test_cells_escape_markdown_and_render_ansible_markup():
     assert roledocs._prose(["<org>/<name>", "a | b", "C(seed) *.launch"]) == (
-        "\\<org>/\\<name> a \\| b `seed` \\*.launch"
+        "&lt;org>/&lt;name> a \\| b `seed` \\*.launch"
     )
+    assert roledocs._code("{{ a | default('') }}") == "<code>{{ a &#124; default('') }}</code>"
     assert roledocs._prose("python_env_venv_python and _extra") == (
         "python_env_venv_python and \\_extra"
     )
@@ -253,3 +254,15 @@ def test_the_command_works_on_the_checkout_it_is_run_in(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     assert roledocs.main(["--check"]) == 2
     assert "no acceldeploy checkout (galaxy.yml and roles/) at or above" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda role: role.name)
+def test_the_docs_site_has_the_readme_as_the_roles_page(role):
+    """docs/reference/roles/<role>.md includes the README (after its title line) and is in the
+    nav: one source, and the strict build fails on a path that moved."""
+    page = ROOT / "docs" / "reference" / "roles" / f"{role.name}.md"
+    assert page.exists(), f"docs/reference/roles/{role.name}.md is missing: copy another role's"
+    assert f'--8<-- "roles/{role.name}/README.md:2:"' in page.read_text()
+    assert (role / "README.md").read_text().startswith(f"# {role.name}\n")
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert f"- {role.name}: reference/roles/{role.name}.md\n" in nav

@@ -226,20 +226,92 @@ def test_the_table_and_the_plot_show_intervals_and_the_deployed_point(tmp_path):
 
     rows, best = decide([9.8, 6.1, 10.2], {A.label: [8.7, 5.9, 9.1], B.label: [24.4, 15.4, 25.0]},
                         peaks={B.label: [2457.3, 2460.0, 2470.2]})  # fmt: skip
-    console = Console(width=220, record=True)
-    console.print(report.table(rows, "tune lab1/qwen3-vl", 3))
+    console = Console(width=100, record=True)
+    report.print_table(console, rows, "tune lab1/qwen3-vl", 3)
     text = console.export_text()
     assert "deployed flags" in text and "(baseline)" in text
     assert "24.4 [12.5, 30.7]" in text and "+14.6 [+7.64, +18.2]" in text
     assert "2,460 [2,451, 2,474]" in text
     assert "90% Student-t interval of the mean" in text
+    # split to fit 100 columns, each part beginning with the points; the decision in the first
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert text.count("| point ") >= 2
+    first = text[: text.index("| point", text.index("| point") + 1)]
+    assert "beats deployed" in first and "throughput" in first
     missed = {**A.describe(), "runs": 1, "status": "measured", "p99_ttft_ms": None,
               "lowest": {"rate": "1", "throughput": 0.45, "p99_ttft_ms": 8070.0}}  # fmt: skip
     report.plot_pareto([*rows, missed], best, 1500.0, tmp_path / "pareto.png",
-                       title="tune lab1/qwen3-vl (SLA p99_ttft <= 1500 ms): winner B")  # fmt: skip
-    # the SLA and the missed point far above the points: a log axis, not points flat on zero
-    assert max(report._plotted_ttfts(rows, [*rows, missed], 1500.0)) == 8070.0
+                       where="lab1/qwen3-vl", sla="p99_ttft <= 1,500 ms")  # fmt: skip
     report.plot_pareto(rows[:1], None, None, tmp_path / "alone.png")
     for name in ("pareto.png", "alone.png"):
         with Image.open(tmp_path / name) as image:
             assert image.format == "PNG" and image.width >= 600
+
+
+def pareto(rows, best, sla_ttft):
+    """The Pareto figure of synthetic rows, its axes and its labels' boxes (pixels)."""
+    from matplotlib.text import Annotation, Text
+
+    from acceldeploy.tune import report
+
+    fig = report.pareto_figure(rows, best, sla_ttft, "lab1/qwen3-vl", "p99_ttft <= 60,000 ms")
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in ax.texts if isinstance(t, Annotation)]
+    boxes = {t.get_text(): Text.get_window_extent(t, renderer) for t in labels}
+    return fig, ax, boxes
+
+
+def rows_of(ttfts, throughputs=(2.96, 9.34, 9.1, 9.2)):
+    """A deployed point and three close ones, each interval +-10 %, max_num_seqs=8 the winner."""
+    names = ["deployed flags", "max_num_seqs=8", "max_num_seqs=4", "max_num_seqs=6"]
+    rows = []
+    for name, ttft, rate in zip(names, ttfts, throughputs, strict=True):
+        rows.append({"label": name, "runs": 3, "status": "measured",
+                     "deployed": name == "deployed flags", "beats": None,
+                     "sla_throughput": {"n": 3, "median": rate, "mean": rate,
+                                        "low": rate * 0.95, "high": rate * 1.05},
+                     "p99_ttft_ms": {"n": 3, "median": ttft, "mean": ttft,
+                                     "low": ttft * 0.9, "high": ttft * 1.1},
+                     "peak_mib": {"n": 3, "median": 2556.0, "mean": 2556.0,
+                                  "low": 2550.0, "high": 2560.0},
+                     "gain_sla_throughput": {"n": 3, "median": 6.37, "mean": 6.37,
+                                             "low": 6.05, "high": 6.85}})  # fmt: skip
+    rows[1]["beats"] = "throughput"
+    return rows, rows[1]
+
+
+def test_the_pareto_plot_fits_its_points_and_notes_an_sla_far_above():
+    """The 2026-11-26 decision's shape: points at 141 to 2,400 ms, the SLA at 60 s."""
+    rows, best = rows_of([2400.0, 141.0, 150.0, 145.0])
+    fig, ax, _ = pareto(rows, best, 60000.0)
+    bottom, top = ax.get_ylim()
+    assert bottom <= 141.0 * 0.9 and 2400.0 * 1.1 <= top < 60000.0  # the points set the scale
+    assert not [line for line in ax.get_lines() if 60000.0 in line.get_ydata()]
+    (note,) = [t.get_text() for t in ax.texts if "SLA" in t.get_text()]
+    assert "60,000 ms" in note and "above" in note
+    title = ax.get_title()
+    assert "lab1/qwen3-vl" in title and "most req/s" in title and "least peak memory" in title
+    assert "winner: max_num_seqs=8" in title
+    fig.clf()
+
+
+def test_an_sla_near_the_points_is_a_line_in_view():
+    rows, best = rows_of([900.0, 400.0, 420.0, 410.0])
+    fig, ax, _ = pareto(rows, best, 1500.0)
+    assert ax.get_ylim()[1] >= 1500.0 and ax.get_yscale() == "linear"
+    assert [line for line in ax.get_lines() if list(line.get_ydata()) == [1500.0, 1500.0]]
+    fig.clf()
+
+
+def test_the_pareto_labels_do_not_overlap_and_stay_inside():
+    """Three points within 3 % of each other: each label finds its own place."""
+    rows, best = rows_of([2400.0, 141.0, 150.0, 145.0])
+    fig, ax, boxes = pareto(rows, best, 60000.0)
+    assert set(boxes) == {row["label"] for row in rows}
+    inside = ax.get_window_extent(fig.canvas.get_renderer())
+    for name, box in boxes.items():
+        assert inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1), name
+    for (a, one), (b, other) in itertools.combinations(boxes.items(), 2):
+        assert not one.overlaps(other), (a, b)
+    fig.clf()

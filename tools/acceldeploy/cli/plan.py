@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from acceldeploy import tables
 from acceldeploy.cli.argtypes import bounded
 from acceldeploy.cli.common import Parents, command
 from acceldeploy.errors import AcceldeployError
@@ -226,25 +227,21 @@ def cmd_stacks(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
     if args.sources:
-        sources = Table(title="where each stack's facts come from (versions/stacks.yml sources)")
-        for title in ("stack", "part", "source"):
-            sources.add_column(title, overflow="fold")
-        for row in rows:
-            for part, source in row["sources"].items():
-                sources.add_row(str(row["stack"]), str(part), " ".join(str(source).split()))
-        Console(width=max(Console().width, 160)).print(sources)
+        tables.print_table(
+            tables.console(),
+            "where each stack's facts come from (versions/stacks.yml sources)",
+            ("stack", "part", "source"),
+            [[str(row["stack"]), str(part), " ".join(str(source).split())]
+             for row in rows for part, source in row["sources"].items()],
+        )  # fmt: skip
         return 0
-
-    table = Table(title="serving stacks (versions/stacks.yml): set acceldeploy_stack to one")
-    for key, title in stackmatrix.COLUMNS:
-        table.add_column(title, overflow="fold", no_wrap=key == "stack")
-    for row in rows:
-        table.add_row(*(str(row[key]) for key, _ in stackmatrix.COLUMNS))
-    Console(width=max(Console().width, 200)).print(table)
+    tables.print_table(
+        tables.console(),
+        "serving stacks (versions/stacks.yml): set acceldeploy_stack to one",
+        [title for _, title in stackmatrix.COLUMNS],
+        [[str(row[key]) for key, _ in stackmatrix.COLUMNS] for row in rows],
+    )
     return 0
 
 
@@ -261,16 +258,16 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([f.to_dict() for f in findings], indent=2))
         return 1 if blocking else 0
-    from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"upgrade to {args.to}: what changes (nothing is changed by this command)")
+    console = tables.console()
+    table = Table(title=f"upgrade to {args.to}: what changes (nothing is changed by this command)",
+                  box=tables.box(console))  # fmt: skip
     for column in ("host", "service", "kind", "what", "detail"):
         table.add_column(column, overflow="fold")
     for f in findings:
         style = "red" if f.blocking else "yellow" if f.kind == "unchecked" else None
         table.add_row(f.host, f.service, f.kind, f.what, f.detail, style=style)
-    console = Console(width=max(Console().width, 160))
     console.print(table)
     verdict = f"{len(blocking)} would stop the deploy (red)" if blocking else "nothing blocks it"
     console.print(f"{len(findings)} findings; {verdict}")

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from acceldeploy import tables
 from acceldeploy.bench import profiles
 from acceldeploy.bench.formatting import significant
 from acceldeploy.bench.interval import METHOD
@@ -329,17 +330,14 @@ def snippet(config: Setup, best: dict[str, Any]) -> str:
 
 
 def report(state: dict[str, Any], out: Path, config: Setup, best: dict[str, Any] | None) -> None:
-    from rich.console import Console
-
     rows = state["points"]
     where = f"{config.host}/{config.settings['service']}"
     limits = ", ".join(f"{k} <= {significant(v)} ms" for k, v in config.settings["sla_ms"].items())
     runs = config.settings["runs"]
-    Console(width=220).print(shown.table(rows, f"tune {where} (SLA {limits})", runs))
+    shown.print_table(tables.console(), rows, f"tune {where} (SLA {limits})", runs)
     if any(r.get("runs") for r in rows):
         sla_ttft = config.settings["sla_ms"].get("p99_ttft")
-        title = f"tune {where} (SLA {limits}): {str(state['decision']).splitlines()[0]}"
-        shown.plot_pareto(rows, best, sla_ttft, out / "pareto.png", title=title[:110])
+        shown.plot_pareto(rows, best, sla_ttft, out / "pareto.png", where=where, sla=limits)
     if state.get("stopped"):
         print(f"stopped: {state['stopped']}")
     print(state["decision"])

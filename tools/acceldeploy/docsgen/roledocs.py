@@ -19,6 +19,7 @@ above it holding galaxy.yml and roles/).
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import re
 import sys
@@ -38,8 +39,10 @@ COMMAND = rolemeta.COMMAND
 END = "<!-- END GENERATED -->"
 BLOCK = re.compile(r"<!-- BEGIN GENERATED: (?P<name>[a-z_]+) -->\n.*?" + re.escape(END), re.S)
 NOTE = "<!-- Generated from {source} by `{command}`: edit that, not this block. -->"
-# What Markdown would read as markup in a table cell; an underscore only at a word's edge.
+# What Markdown would read as markup in a table cell; an underscore only at a word's edge. A
+# backslash before each, but `<` as `&lt;`: Python-Markdown (the docs site) keeps `\<` as is.
 _MARKDOWN = re.compile(r"[\\|<*]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_ESCAPED = {"<": "&lt;"}
 # Ansible's documentation markup for code-like values: C(...), V(...), O(...).
 _ANSIBLE_CODE = re.compile(r"\b[CVO]\(([^()]*)\)")
 SOURCES = {
@@ -80,13 +83,17 @@ def _prose(text: Any) -> str:
     parts = _ANSIBLE_CODE.split(" ".join(joined.split()))
     # split() with one group: even items are prose, odd ones the insides of C(...) and kin.
     return "".join(
-        _code(part) if i % 2 else _MARKDOWN.sub(lambda m: "\\" + m[0], part)
+        _code(part) if i % 2 else _MARKDOWN.sub(lambda m: _ESCAPED.get(m[0], "\\" + m[0]), part)
         for i, part in enumerate(parts)
     )
 
 
 def _code(value: str) -> str:
-    return "`" + value.replace("|", "\\|") + "`"
+    """A code span a table cell can hold on GitHub and on the docs site: GitHub needs a pipe
+    in it escaped, and Python-Markdown would print that backslash, so such a span is HTML."""
+    if "|" not in value:
+        return "`" + value + "`"
+    return "<code>" + html.escape(value, quote=False).replace("|", "&#124;") + "</code>"
 
 
 def _default(option: dict[str, Any]) -> str:

@@ -24,8 +24,9 @@ Key = tuple[str, str]  # (host, service): one series of a figure
 # How each unit is drawn: the y axis's label and the factor from the figure's values.
 AXES = {"count": ("", 1.0), "ratio": ("%", 100.0), "per_second": ("per second", 1.0),
         "seconds": ("seconds", 1.0), "bytes": ("MiB", 1.0 / rules.MIB)}  # fmt: skip
-# Step plots: a figure that only takes whole values, shown as the level it held.
-STEPPED = ("up", "running", "waiting")
+# Step plots: a figure that only takes whole values, shown as the level it held (`up` has its
+# own lanes).
+STEPPED = ("running", "waiting")
 
 
 @dataclass(frozen=True)
@@ -134,13 +135,34 @@ def latest(points: list[Point], window: Window) -> float | None:
 
 
 STEP_STYLES = ("-", "--", ":", "-.")
+# `up` draws each service in a lane of its own: serving is its lane's top, down its floor.
+LANE_HEIGHT = 0.7
 
 
-def plot(report: Report, figure: Figure, path: Path) -> None:
-    plt = plots.pyplot()
+def _lanes(ax: Any, report: Report, services: list[Key]) -> None:
+    """The `up` figure: one lane per service, first at the top, so no line hides another's;
+    a down span shaded in its own lane only."""
+    found = sorted(report.series["up"].items())
+    for lane, (key, points) in enumerate(found):
+        base = len(found) - 1 - lane
+        colour = f"C{services.index(key) % 10}"
+        xs, ys = with_gaps(points, report.window.step)
+        when = [_datetime(x) for x in xs]
+        ax.step(when, [base + LANE_HEIGHT * y for y in ys], where="post", color=colour,
+                linewidth=2)  # fmt: skip
+        for i, (left, right) in enumerate(down_spans(points, report.window.step)):
+            ax.fill_between([_datetime(left), _datetime(right)], base, base + LANE_HEIGHT,
+                            color=colour, alpha=0.2,
+                            label=None if i else f"{'/'.join(key)} down")  # fmt: skip
+    ax.set_yticks([len(found) - 1 - lane + LANE_HEIGHT / 2 for lane in range(len(found))],
+                  ["/".join(key) for key, _ in found])  # fmt: skip
+    ax.set_ylim(-0.2, max(len(found), 1) + 0.4)  # room above the lanes for the legend
+    ax.set_ylabel("high: serving; low: down")
+
+
+def _lines(ax: Any, report: Report, figure: Figure, services: list[Key]) -> None:
+    """Every figure but `up`: a line per service, each service's down spans shaded across."""
     label, factor = AXES[figure.unit]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    services = report.services()
     for turn, (key, points) in enumerate(sorted(report.series[figure.key].items())):
         colour = f"C{services.index(key) % 10}"
         xs, ys = with_gaps(points, report.window.step)
@@ -150,8 +172,8 @@ def plot(report: Report, figure: Figure, path: Path) -> None:
             name += f" ({report.growth[key].state})"
         values = [y * factor for y in ys]
         if figure.key in STEPPED:
-            # Stepped series (up: 0 or 1) lie on each other: each next one thinner and dashed
-            # differently, so every host's line shows where they coincide.
+            # Stepped series (running, waiting: whole numbers) lie on each other: each next one
+            # thinner and dashed differently, so every host's line shows where they coincide.
             ax.step(when, values, where="post", label=name, color=colour,
                     linewidth=max(1.0, 5.0 - 1.5 * turn),
                     linestyle=STEP_STYLES[turn % len(STEP_STYLES)])  # fmt: skip
@@ -162,19 +184,35 @@ def plot(report: Report, figure: Figure, path: Path) -> None:
         for i, (left, right) in enumerate(down_spans(points, report.window.step)):
             ax.axvspan(_datetime(left), _datetime(right), color=colour, alpha=0.2,
                        label=None if i else f"{'/'.join(key)} down")  # fmt: skip
-    ax.set_xlim(_datetime(report.window.start), _datetime(report.window.end))
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("UTC")
     ax.set_ylabel(label)
+
+
+def figure_for(report: Report, figure: Figure) -> Any:
+    """The figure's plot over the window: a break where a series had no data; `up` in lanes."""
+    plt = plots.pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    if figure.key == "up":
+        _lanes(ax, report, report.services())
+    else:
+        _lines(ax, report, figure, report.services())
+    ax.set_xlim(_datetime(report.window.start), _datetime(report.window.end))
+    ax.set_xlabel("UTC")
     ax.set_title(f"{figure.title}: {report.window.text()}", fontsize=10)
     if report.series[figure.key]:
-        ax.legend(loc="best", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right" if figure.key == "up" else "best", fontsize=8)
     else:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="grey")
     fig.autofmt_xdate()
     fig.tight_layout()
+    return fig
+
+
+def plot(report: Report, figure: Figure, path: Path) -> None:
+    fig = figure_for(report, figure)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plots.pyplot().close(fig)
 
 
 HEADER = ["host", "service", *(f.title for f in FIGURES), "memory growth"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from acceldeploy import tables
 from acceldeploy.planner.stacks import load_stacks, metric_names
 from acceldeploy.platforms import for_name
 
@@ -91,12 +92,9 @@ def _cell(value: Any) -> str:
 
 
 def markdown_matrix(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| " + " | ".join(title for _, title in COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-    ]
-    lines += ["| " + " | ".join(_cell(r[key]) for key, _ in COLUMNS) + " |" for r in rows]
-    return "\n".join(lines)
+    """The matrix as tables a docs page shows whole, each with the stack first."""
+    cells = [[str(r[key]) for key, _ in COLUMNS] for r in rows]
+    return tables.markdown([title for _, title in COLUMNS], cells, tables.PIPE_WIDTH)
 
 
 def markdown_sources(rows: list[dict[str, Any]]) -> str:
