@@ -237,3 +237,20 @@ def test_the_lab_shim_without_the_lab_says_what_is_missing():
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "lab.py: error: acceldeploy-lab is not installed: pip install -e ./lab\n"
+
+
+def test_an_installed_command_that_does_not_load_leaves_the_others_working(monkeypatch, capsys):
+    """Another distribution's entry point whose module is gone (half uninstalled): a warning
+    naming it, and every built-in command still runs."""
+    broken = importlib.metadata.EntryPoint("lab", "acceldeploy_no_such_module", cli.ENTRY_POINTS)
+    real = importlib.metadata.entry_points
+
+    def with_a_broken_one(**params):
+        if params.get("group") == cli.ENTRY_POINTS:
+            return importlib.metadata.EntryPoints((broken,))
+        return real(**params)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", with_a_broken_one)
+    assert "lab" not in subparsers(cli.build_parser())
+    assert "the installed command 'lab' does not load" in capsys.readouterr().err
+    assert cli.main(["plan", "catalog"]) == 0

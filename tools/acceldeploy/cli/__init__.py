@@ -153,7 +153,14 @@ def build_parser(
     sub.progs = dict(progs or {})
     parents = common.parents()
     for name in commands() if only is None else (only,):
-        module = subcommand(name)
+        try:
+            module = subcommand(name)
+        except ImportError as exc:  # another distribution's, installed half: the rest still work
+            if name in COMMANDS:
+                raise
+            print(f"acceldeploy: warning: the installed command {name!r} does not load ({exc}): "
+                  "reinstall the distribution that adds it", file=sys.stderr)  # fmt: skip
+            continue
         parser = module.add_parser(sub, parents)
         parser.set_defaults(_run=module.run)
         common.command(parser)
