@@ -188,15 +188,17 @@ def run_playbook(
     env: Mapping[str, str] | None = None,
     timeout: float = 900,
     cwd: str | Path = REPO,
+    command: str | Path | None = None,
 ) -> PlaybookRun:
     """Run a playbook (path relative to ``cwd``, the repository by default, or absolute;
     several, one after the other, in one ansible-playbook) and parse its JSON output.
 
+    ``command``: another ansible-playbook than the one beside this Python (a venv's of its own).
     Extra vars go as one JSON document, so their types survive (``-e key=value`` makes
     strings). A run that does not print JSON (a syntax error) still returns, with ``data``
     empty and the text in stdout / stderr.
     """
-    argv = [ansible_bin(), "-i", str(inventory or lab_inventory())]
+    argv = [str(command or ansible_bin()), "-i", str(inventory or lab_inventory())]
     if extra_vars:
         argv += ["-e", json.dumps(dict(extra_vars))]
     if check:
