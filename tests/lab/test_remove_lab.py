@@ -3,7 +3,8 @@ a second service (qwen3-vl-b, the same model). Removing qwen3-vl-b takes its uni
 nothing the remaining qwen3-vl needs; removing lab2 takes its service, environment, model and
 node exporter, its gateway backend and its monitor targets. Each is previewed by --check
 --diff without a change, a rerun changes nothing, verify passes on what remains, a refusal
-changes nothing, and site.yml brings both back. Run after test_site.py (the served lab)."""
+changes nothing, and site.yml brings both back. Its fixture converges the fleet itself and
+leaves the lab's two hosts serving as the lab's inventory says."""
 
 from __future__ import annotations
 
