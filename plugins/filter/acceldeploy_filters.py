@@ -13,6 +13,7 @@ from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds, groups, varcheck
 from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.platforms import for_name
 from acceldeploy.runtimes import stacklock
 from acceldeploy.serving import cluster, hostplan
 from acceldeploy.state import drift
@@ -186,6 +187,12 @@ def acceldeploy_run_pattern(inventory_groups: Mapping[str, Any]) -> str:
     return groups.run_pattern(plain(dict(inventory_groups)))
 
 
+def acceldeploy_runtime_role(platform: Any) -> str:
+    """acceldeploy_platform | acceldeploy_runtime_role: the role that gates the platform's
+    runtime (ascend_runtime, gaudi_runtime), "" for none (cpu, or no platform set)."""
+    return (for_name(str(platform)).runtime_role or "") if platform else ""
+
+
 def acceldeploy_serves(group_names: Any) -> bool:
     """group_names | acceldeploy_serves: the host serves models (no gateway, no monitor)."""
     return groups.serves({"group_names": plain(list(group_names or []))})
@@ -245,6 +252,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
             acceldeploy_plan_var_names,
+            acceldeploy_runtime_role,
             acceldeploy_host_units,
             acceldeploy_node_ips,
             acceldeploy_host_addresses,

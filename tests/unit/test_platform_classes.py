@@ -4,6 +4,7 @@ the stack matrix, the stack lock, the bundle)."""
 
 from __future__ import annotations
 
+import runpy
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -212,3 +213,15 @@ def test_verify_s_device_check_on_gaudi_names_a_missing_hpu() -> None:
     assert bad.status == "fail" and "{9: 'missing'}" in bad.detail
     (skip,) = hoststate.judge_devices("lab1", "cpu", {}, [])
     assert skip.status == "skip"
+
+
+def test_the_playbooks_ask_the_class_which_role_gates_the_runtime() -> None:
+    """runtime.yml and preflight.yml choose the runtime role through this filter, not by
+    comparing platform names."""
+    filters = runpy.run_path(str(ROOT / "plugins/filter/acceldeploy_filters.py"))
+    acceldeploy_runtime_role = filters["acceldeploy_runtime_role"]
+    assert acceldeploy_runtime_role("ascend") == "ascend_runtime"
+    assert acceldeploy_runtime_role("gaudi") == "gaudi_runtime"
+    assert acceldeploy_runtime_role("cpu") == acceldeploy_runtime_role("") == ""
+    with pytest.raises(AcceldeployError, match="acceldeploy_platform 'tpu' is unknown"):
+        acceldeploy_runtime_role("tpu")
