@@ -27,8 +27,6 @@ MAX_REASONS = 10
 # acceldeploy's code that decides what a role does, the pinned stacks among its data
 # (versions/ is a symlink into it); the lab's tooling is its own distribution, in lab/.
 CODE_DIRS = ("tools/acceldeploy", "plugins", "playbooks")
-# Directories under one of CODE_DIRS left out (none now).
-CODE_SKIP: dict[str, set[str]] = {}
 
 
 @dataclass(frozen=True)
@@ -205,17 +203,16 @@ def code_digest(root: str, package: str = "") -> str:
     the controller's installed ``package`` (the acceldeploy wheel, upgraded on its own)."""
     digest = hashlib.sha256()
     for top in ("roles", *CODE_DIRS):
-        _digest_tree(digest, root, top, CODE_SKIP.get(top, set()))
+        _digest_tree(digest, root, top)
     if package:
         digest.update(b"package\0")
-        _digest_tree(digest, os.path.dirname(package), os.path.basename(package), set())
+        _digest_tree(digest, os.path.dirname(package), os.path.basename(package))
     return digest.hexdigest()
 
 
-def _digest_tree(digest: Any, root: str, top: str, skip_below: set[str]) -> None:
+def _digest_tree(digest: Any, root: str, top: str) -> None:
     for parent, dirs, names in os.walk(os.path.join(root, top)):
-        skip = {"__pycache__", *(skip_below if parent == os.path.join(root, top) else ())}
-        dirs[:] = sorted(d for d in dirs if d not in skip)
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(names):
             if name.endswith(".pyc"):
                 continue
