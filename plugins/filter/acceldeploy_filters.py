@@ -176,10 +176,25 @@ def acceldeploy_variable_pattern(_: Any = None) -> str:
     return "^(" + "|".join(varcheck.PREFIXES) + ")"
 
 
-def acceldeploy_serving_pattern(inventory_groups: Mapping[str, Any]) -> str:
-    """groups | acceldeploy_serving_pattern: the host pattern of every host that serves models
-    (all but the gateways and monitors), for the play that computes acceldeploy_serving."""
-    return groups.serving_pattern(plain(dict(inventory_groups)))
+def _also_serving(inventory_groups: Mapping[str, Any], hostvars: Mapping[str, Any]) -> list[str]:
+    """The gateway and monitor hosts that serve as well (groups.SERVES_VAR)."""
+    hosts = {h for g in groups.NOT_SERVING for h in plain(list(inventory_groups.get(g) or []))}
+    return sorted(h for h in hosts if h in hostvars and hostvars[h].get(groups.SERVES_VAR) is True)
+
+
+def acceldeploy_serving_pattern(
+    inventory_groups: Mapping[str, Any], hostvars: Mapping[str, Any] | None = None
+) -> str:
+    """groups | acceldeploy_serving_pattern(hostvars): the host pattern of every host that
+    serves models (all but the gateways and monitors that do not serve as well), for the play
+    that computes acceldeploy_serving."""
+    found = plain(dict(inventory_groups))
+    return groups.serving_pattern(found, _also_serving(found, hostvars or {}))
+
+
+def acceldeploy_serving_hosts(hosts: Any, hostvars: Mapping[str, Any]) -> list[str]:
+    """groups['all'] | acceldeploy_serving_hosts(hostvars): the hosts that serve models."""
+    return [str(h) for h in hosts if groups.serves(hostvars[h])]
 
 
 def acceldeploy_run_pattern(inventory_groups: Mapping[str, Any]) -> str:
@@ -193,9 +208,11 @@ def acceldeploy_runtime_role(platform: Any) -> str:
     return (for_name(str(platform)).runtime_role or "") if platform else ""
 
 
-def acceldeploy_serves(group_names: Any) -> bool:
-    """group_names | acceldeploy_serves: the host serves models (no gateway, no monitor)."""
-    return groups.serves({"group_names": plain(list(group_names or []))})
+def acceldeploy_serves(group_names: Any, also_serves: Any = False) -> bool:
+    """group_names | acceldeploy_serves(acceldeploy_serves | default(false)): the host serves
+    models (no gateway, no monitor, or one that serves as well)."""
+    view = {"group_names": plain(list(group_names or [])), groups.SERVES_VAR: also_serves is True}
+    return groups.serves(view)
 
 
 def acceldeploy_target_probe(inputs: Mapping[str, Any]) -> str:
@@ -270,6 +287,7 @@ class FilterModule:
             acceldeploy_serving_pattern,
             acceldeploy_run_pattern,
             acceldeploy_serves,
+            acceldeploy_serving_hosts,
             acceldeploy_target_probe,
             acceldeploy_target,
             acceldeploy_state_key,

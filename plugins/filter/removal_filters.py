@@ -20,12 +20,13 @@ def acceldeploy_removal_plan(
     loses and what the fleet keeps."""
     views, others = {}, {}
     for host in plain(list(inventory_groups.get("all") or [])):
-        names = plain(list(hostvars[host].get("group_names") or []))
-        role = next((g for g in groups.NOT_SERVING if g in names), "")
-        if role:
-            others[host] = role
-            continue
         got = hostvars[host]
+        seen = {"group_names": plain(list(got.get("group_names") or [])),
+                groups.SERVES_VAR: got.get(groups.SERVES_VAR) is True}  # fmt: skip
+        if groups.role(seen):
+            others[host] = groups.role(seen)
+        if not groups.serves(seen):
+            continue
         views[host] = {k: plain(got[k]) for k in plan.HOST_VARS if k in got}
     return plan.plan(plain(dict(choice)), views, others).to_dict()
 

@@ -31,6 +31,9 @@ HAPROXY = durations.HAPROXY_SYNTAX
 PROMETHEUS = durations.PROMETHEUS_SYNTAX
 TIMEOUTS = role_defaults("gateway")["gateway_timeouts"]
 CHECK = role_defaults("gateway")["gateway_check"]
+LAB_SERVICES = yaml.safe_load((ROOT / "inventory/lab/group_vars/all.yml").read_text())[
+    "acceldeploy_services"
+]
 OTHER = {"name": "other", "model": "acceldeploy/tiny-qwen3-vl", "source": "hf",
          "revision": "main", "port": 8100}  # fmt: skip
 
@@ -303,9 +306,10 @@ def test_services_only_a_gateway_is_given_are_refused(tmp_path: Path) -> None:
     _, every = lab(tmp_path, lab3={"acceldeploy_services": [OTHER]})
     assert refused(gateway_plan, every, "lab3") == (
         "lab3: acceldeploy_services gives it other, which no serving host runs, but lab3 is in "
-        "the gateways group, whose hosts run no vLLM (every serving play skips them): move "
-        "other to the acceldeploy_services of a serving host, or take lab3 out of the gateways "
-        "group"
+        "the gateways group, whose hosts run no vLLM unless told (every serving play skips "
+        "them): move other to the acceldeploy_services of a serving host, set "
+        "acceldeploy_serves: true on lab3 to serve them there as well, or take lab3 out of "
+        "the gateways group"
     )
 
 
@@ -313,9 +317,62 @@ def test_services_only_a_monitor_is_given_are_refused(tmp_path: Path) -> None:
     _, every = lab(tmp_path, lab4={"acceldeploy_services": [OTHER]})
     assert refused(targets.targets, every) == (
         "lab4: acceldeploy_services gives it other, which no serving host runs, but lab4 is in "
-        "the monitors group, whose hosts run no vLLM (every serving play skips them): move "
-        "other to the acceldeploy_services of a serving host, or take lab4 out of the monitors "
-        "group"
+        "the monitors group, whose hosts run no vLLM unless told (every serving play skips "
+        "them): move other to the acceldeploy_services of a serving host, set "
+        "acceldeploy_serves: true on lab4 to serve them there as well, or take lab4 out of "
+        "the monitors group"
+    )
+
+
+def test_a_gateway_that_serves_as_well_fronts_its_own_service(tmp_path: Path) -> None:
+    """A fleet of two servers, one of them the gateway too: lab3 sets acceldeploy_serves and
+    runs the fleet's service (port 8003) beside HAProxy (9001), and its frontend has three
+    servers; the other services lab3 is given are its own."""
+    extra = {"acceldeploy_serves": True, "acceldeploy_services": [*LAB_SERVICES, OTHER]}
+    _, every = lab(tmp_path, lab3=extra)
+    (frontend,) = gateway_plan(every, "lab3")
+    assert [s.host for s in frontend.servers] == ["lab1", "lab2", "lab3"]
+
+
+def test_a_gateway_frontend_on_the_port_of_its_own_service_is_refused(tmp_path: Path) -> None:
+    frontends = [{"service": "qwen3-vl", "port": 8003}]
+    _, every = lab(tmp_path, lab3={"acceldeploy_serves": True, "gateway_frontends": frontends})
+    assert refused(gateway_plan, every, "lab3") == (
+        "gateway_frontends[0].port 8003 is also the port of service qwen3-vl on lab3, which is a "
+        "gateway and serves as well: give the frontend another port"
+    )
+
+
+def test_a_monitor_that_serves_as_well_scrapes_its_own_service(tmp_path: Path) -> None:
+    _, every = lab(tmp_path, lab4={"acceldeploy_serves": True, "acceldeploy_platform": "cpu"})
+    seen = {host: targets.host_view(hv) for host, hv in every.items()}  # as the role passes them
+    found = {(t.job, dict(t.labels)["host"]) for t in targets.targets(seen) if t.job == "vllm"}
+    assert found == {("vllm", "lab1"), ("vllm", "lab2"), ("vllm", "lab4")}
+
+
+def test_prometheus_on_the_port_of_the_monitors_own_service_is_refused(tmp_path: Path) -> None:
+    serving = {"acceldeploy_serves": True, "acceldeploy_platform": "cpu"}
+    _, every = lab(tmp_path, lab4={**serving, "monitor_prometheus_port": 8004})
+    assert refused(targets.targets, every) == (
+        "lab4: monitor_prometheus_port 8004 is also the port of service qwen3-vl "
+        "(acceldeploy_services[0] (qwen3-vl).port) on this host: Prometheus would listen on it "
+        "too; give "
+        "monitor_prometheus_port another port"
+    )
+
+
+def test_prometheus_on_the_gateways_port_is_refused_on_a_host_that_is_both(
+    tmp_path: Path,
+) -> None:
+    path = lab_inventory(tmp_path)
+    hosts = yaml.safe_load(path.read_text())
+    hosts["all"]["children"]["monitors"]["hosts"]["lab3"] = None
+    path.write_text(yaml.safe_dump(hosts))
+    (tmp_path / "host_vars" / "lab3.yml").write_text("monitor_prometheus_port: 9000\n")
+    every = selection.every_host(str(path))
+    assert refused(targets.targets, every).startswith(
+        "lab3: monitor_prometheus_port 9000 is also gateway_stats_port (the gateway's stats "
+        "page) on this host"
     )
 
 

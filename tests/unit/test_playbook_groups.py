@@ -32,6 +32,20 @@ def test_the_serving_pattern_is_all_but_the_gateways_and_monitors() -> None:
     assert groups.serving_pattern({"all": ["a"]}) == "all"
 
 
+def test_a_gateway_or_monitor_that_serves_as_well_stays_in_the_pattern() -> None:
+    inventory = {"all": ["a", "gw", "b", "mon"], "gateways": ["gw"], "monitors": ["mon"]}
+    assert groups.serving_pattern(inventory, ["gw"]) == "all:!monitors"
+    assert groups.serving_pattern(inventory, ["gw", "mon"]) == "all"
+
+
+def test_only_a_gateway_or_monitor_that_sets_acceldeploy_serves_serves() -> None:
+    assert groups.serves({"group_names": ["fleet"]})
+    assert not groups.serves({"group_names": ["fleet", "gateways"]})
+    assert groups.serves({"group_names": ["gateways"], "acceldeploy_serves": True})
+    assert groups.serves({"group_names": ["monitors"], "acceldeploy_serves": True})
+    assert not groups.serves({"group_names": ["monitors"], "acceldeploy_serves": "yes"})
+
+
 def test_every_entry_playbook_computes_the_groups_in_its_first_play() -> None:
     # The first play's hosts name acceldeploy's own filter: templated in the controller's main
     # process, it loads the collection's filter plugins there, before the first task forks a

@@ -4,6 +4,8 @@ environments are candidates only where no remaining service needs them."""
 
 from __future__ import annotations
 
+import runpy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.removal.plan import plan
 
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = "acceldeploy/tiny-qwen3-vl"
 DIR = f"/models/{MODEL}@main"
 
@@ -138,3 +141,23 @@ def test_a_host_is_refused_when_others_need_it(
 def test_the_last_host_may_be_its_own_seed() -> None:
     removal = plan({"host": "lab1"}, fleet(lab1=host(svc("a"), **SEEDED)), {})
     assert removal.remaining == {}
+
+
+def test_a_gateway_that_serves_as_well_loses_a_service_but_is_not_removed() -> None:
+    """plugins/filter/removal_filters.py: a gateway host with acceldeploy_serves is a serving
+    host for a service's removal, and stays a gateway for a host's."""
+    filters = runpy.run_path(str(ROOT / "plugins/filter/removal_filters.py"))
+    removal_plan = filters["acceldeploy_removal_plan"]
+    gateway = {**host(svc("a"), svc("b")), "group_names": ["gateways"], "acceldeploy_serves": True}
+    hostvars = {"lab1": gateway, "lab2": {**host(svc("a")), "group_names": ["fleet"]}}
+    groups = {"all": ["lab1", "lab2"], "gateways": ["lab1"]}
+    removal = removal_plan({"service": "b"}, hostvars, groups)
+    assert list(removal["hosts"]) == ["lab1"]
+    assert removal["remaining"] == {"lab1": [svc("a")], "lab2": [svc("a")]}
+    with pytest.raises(AcceldeployError, match="lab1 is in the gateways group"):
+        removal_plan({"host": "lab1"}, hostvars, groups)
+    idle = {**gateway, "acceldeploy_serves": False}
+    # A gateway that does not serve runs no unit to remove: the name is looked for elsewhere.
+    assert list(removal_plan({"service": "b"}, {**hostvars, "lab1": idle}, groups)["hosts"]) == [
+        "lab2"
+    ]

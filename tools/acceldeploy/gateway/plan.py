@@ -183,7 +183,25 @@ def plan(
         offered = [_server(h, a, s, gateways, var) for h, a, s in served[str(name)]]
         servers = _pick(raw.get("servers"), offered, str(name), f"{var}.servers")
         result.append(Frontend(str(name), port, bind, servers))
+    _apart_from_services(ports, served, gateways)
     return result
+
+
+def _apart_from_services(
+    ports: Mapping[int, str],
+    served: Mapping[str, list[tuple[str, str, Service]]],
+    gateways: Mapping[str, str],
+) -> None:
+    """A gateway that serves as well (acceldeploy_serves): HAProxy's ports (ports: {port: its
+    variable}) are none of its own services' ports."""
+    for name, hosts in sorted(served.items()):
+        for host, _, service in hosts:
+            if host in gateways and service.port in ports:
+                raise AcceldeployError(
+                    f"{ports[service.port]} {service.port} is also the port of service {name} "
+                    f"on {host}, which is a gateway and serves as well: give the frontend "
+                    "another port"
+                )
 
 
 def _keys(served: Mapping[str, list[tuple[str, str, Service]]]) -> dict[str, str]:
@@ -236,7 +254,7 @@ def is_gateway(hostvars: Mapping[str, Any]) -> bool:
 
 
 def serving_hosts(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """The hosts that run vLLM: outside the gateways and the monitors."""
+    """The hosts that run vLLM: outside the gateways and the monitors, or serving as well."""
     return {host: hv for host, hv in hosts.items() if groups.serves(hv)}
 
 
@@ -253,7 +271,7 @@ def fleet_views(
     for host, hv in every.items():
         if is_gateway(hv):
             gateways[host] = address(host, hv)
-        elif groups.serves(hv):
+        if groups.serves(hv):
             services, platform = hv.get("acceldeploy_services"), hv.get("acceldeploy_platform")
             serving[host] = serving_view(host, services, platform, address(host, hv))
     return serving, gateways

@@ -1,7 +1,7 @@
-"""What the inventory gives the hosts that run no vLLM (the gateways and the monitors,
-groups.py): a service of theirs that no serving host runs would run nowhere, since every
-serving play skips them. The fleet's own services, which such a host inherits from
-group_vars/all like every host, run on the serving hosts and pass."""
+"""What the inventory gives the hosts that run no vLLM (the gateways and the monitors that do
+not set acceldeploy_serves, groups.py): a service of theirs that no serving host runs would run
+nowhere, since every serving play skips them. The fleet's own services, which such a host
+inherits from group_vars/all like every host, run on the serving hosts and pass."""
 
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ def unserved(host: str, group: str, services: Any, served: Collection[str]) -> N
         them = ", ".join(dict.fromkeys(stray))
         raise AcceldeployError(
             f"{host}: acceldeploy_services gives it {them}, which no serving host runs, but "
-            f"{host} is in the {group} group, whose hosts run no vLLM (every serving play "
-            f"skips them): move {them} to the acceldeploy_services of a serving host, or take "
-            f"{host} out of the {group} group"
+            f"{host} is in the {group} group, whose hosts run no vLLM unless told (every "
+            f"serving play skips them): move {them} to the acceldeploy_services of a serving "
+            f"host, set acceldeploy_serves: true on {host} to serve them there as well, or "
+            f"take {host} out of the {group} group"
         )
 
 

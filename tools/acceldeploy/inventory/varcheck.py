@@ -44,6 +44,8 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
     # A node of a multi-node service: its address on the network the nodes share
     # (serving/cluster.py).
     "acceldeploy_node_ip": {"type": "str"},
+    # A gateway or monitor host that serves models as well (acceldeploy.inventory.groups).
+    "acceldeploy_serves": {"type": "bool"},
     # serve: a failed host also rolls back the hosts an earlier batch of the run switched.
     "acceldeploy_rollback_all": {"type": "bool"},
     # tools/bench.py and tools/tune.py: the inventory's own bench profiles (bench/profiles.py

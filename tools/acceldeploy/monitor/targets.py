@@ -39,6 +39,8 @@ NODE_EXPORTER_PORT = "monitor_node_exporter_port"
 # What listens on each exporter's port, for the messages.
 EXPORTERS = {NODE_EXPORTER_PORT: "node exporter", "monitor_npu_exporter_port": "npu-exporter",
              "monitor_gaudi_exporter_port": "Intel's metric exporter"}  # fmt: skip
+PROMETHEUS_PORT = "monitor_prometheus_port"
+LISTENERS = {PROMETHEUS_PORT: "Prometheus", **EXPORTERS}
 # What the role installs from the distribution: Prometheus on the monitors, node exporter on
 # every host (the offline bundle carries them).
 PACKAGES = ("prometheus",)
@@ -149,7 +151,7 @@ def _gateway_ports(hostvars: Mapping[str, Any]) -> list[tuple[int, str]]:
 
 def _taken(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> list[tuple[int, str]]:
     """(port, what) the inventory already gives a host: SSH, its services' (and their Ray's),
-    a gateway's HAProxy, a monitor's Prometheus."""
+    a gateway's HAProxy."""
     ssh = _whole(hostvars.get("ansible_port") or 22)
     taken = [(ssh, "the SSH port (ansible_port, 22 when unset)")] if ssh else []
     for s in services:
@@ -165,24 +167,24 @@ def _taken(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> list[
                                            f"({s.where}.cluster_port + 1)"))  # fmt: skip
     if groups.in_group(hostvars, groups.GATEWAYS):
         taken += _gateway_ports(hostvars)
-    if is_monitor(hostvars):
-        port = int(roledefaults.value(hostvars, "monitor_prometheus_port"))
-        taken.append((port, "monitor_prometheus_port (Prometheus)"))
     return taken
 
 
 def _own_ports(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> None:
-    """Each exporter on a port of its own: none on a port the inventory already gives the host,
-    nor two on one."""
+    """Prometheus (on a monitor, which may serve as well) and each exporter on a port of its
+    own: none on a port the inventory already gives the host, nor two on one."""
     taken = _taken(host, hostvars, services)
-    for _, var, port in exporters(hostvars):
+    listeners = [(var, port) for _, var, port in exporters(hostvars)]
+    if is_monitor(hostvars):
+        listeners.insert(0, (PROMETHEUS_PORT, int(roledefaults.value(hostvars, PROMETHEUS_PORT))))
+    for var, port in listeners:
         clash = next((what for used, what in taken if used == port), None)
         if clash:
             raise AcceldeployError(
-                f"{host}: {var} {port} is also {clash} on this host: {EXPORTERS[var]} would "
+                f"{host}: {var} {port} is also {clash} on this host: {LISTENERS[var]} would "
                 f"listen on it too; give {var} another port"
             )
-        taken.append((port, var))
+        taken.append((port, f"{var} (Prometheus)" if var == PROMETHEUS_PORT else var))
 
 
 # The variable naming another stacks file (python_env's), as the hosts' other roles read it.
@@ -232,7 +234,8 @@ def series(every: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
             for role, default in rules.DEFAULT_SERIES.items()}  # fmt: skip
 
 
-VIEW_KEYS = ("group_names", "ansible_host", cluster.NODE_IP_VAR, "acceldeploy_platform",
+VIEW_KEYS = ("group_names", groups.SERVES_VAR, "ansible_host", cluster.NODE_IP_VAR,
+             "acceldeploy_platform",
              "acceldeploy_services", STACK_VAR, STACKS_FILE_VAR,
              "monitor_node_exporter_port", "monitor_device_exporters",
              "monitor_npu_exporter_port", "monitor_gaudi_exporter_port",

@@ -11,6 +11,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway.plan import is_gateway
+from acceldeploy.inventory import groups
 from acceldeploy.monitor.targets import is_monitor
 from acceldeploy.serving import selection
 from acceldeploy.serving.hostplan import HostPlan, host_plan
@@ -128,7 +129,8 @@ def check_cluster(conn: Any, plan: HostPlan, launch: Launch, timeout: float) -> 
 
 def run(inventory: str, limit: str, options: Options) -> list[Check]:
     """Every selected host: a gateway's HAProxy (verify/gateway.py), a monitor's Prometheus
-    (verify/monitor.py), else its services."""
+    (verify/monitor.py), and the services of a host that serves (one of those too, when it
+    sets acceldeploy_serves)."""
     every = selection.every_host(inventory)
     for host, stack in options.stacks.items():
         if host not in every:
@@ -137,11 +139,10 @@ def run(inventory: str, limit: str, options: Options) -> list[Check]:
     found = selection.limited(inventory, limit, every)
 
     def one(host: str, hv: dict[str, Any]) -> list[Check]:
-        if is_gateway(hv):
-            return check_gateway(host, hv, every, options.timeout)
+        checks = check_gateway(host, hv, every, options.timeout) if is_gateway(hv) else []
         if is_monitor(hv):
-            return check_monitor(host, hv, every, options.timeout)
-        return check_host(host, hv, options)
+            checks += check_monitor(host, hv, every, options.timeout)
+        return checks + (check_host(host, hv, options) if groups.serves(hv) else [])
 
     with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
         results = pool.map(lambda item: one(*item), found.items())
