@@ -4,6 +4,8 @@ environments are candidates only where no remaining service needs them."""
 
 from __future__ import annotations
 
+import runpy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.removal.plan import plan
 
+FILTERS = Path(__file__).resolve().parents[2] / "plugins/filter/removal_filters.py"
 MODEL = "acceldeploy/tiny-qwen3-vl"
 DIR = f"/models/{MODEL}@main"
 
@@ -138,3 +141,17 @@ def test_a_host_is_refused_when_others_need_it(
 def test_the_last_host_may_be_its_own_seed() -> None:
     removal = plan({"host": "lab1"}, fleet(lab1=host(svc("a"), **SEEDED)), {})
     assert removal.remaining == {}
+
+
+def test_one_systemctl_show_names_the_loaded_units_of_remove_host() -> None:
+    loaded_units = runpy.run_path(str(FILTERS))["acceldeploy_removal_loaded_units"]
+    # systemctl show --property=Id,LoadState -- a.service ray-a.service dp-a.service m.service
+    show = (
+        "Id=a.service\nLoadState=loaded\n\n"
+        "Id=ray-a.service\nLoadState=not-found\n\n"
+        "LoadState=loaded\nId=dp-a.service\n\n"
+        "Id=m.service\nLoadState=masked\n"
+    )
+    assert loaded_units(show) == ["a.service", "dp-a.service"]
+    assert loaded_units("Id=a.service\nLoadState=not-found\n") == []
+    assert loaded_units("") == [] and loaded_units(None) == []  # the command skipped: no units
