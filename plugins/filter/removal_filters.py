@@ -9,6 +9,7 @@ from typing import Any
 from acceldeploy.inventory import groups
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.removal import plan
+from acceldeploy.state.drift import show_blocks
 
 
 def acceldeploy_removal_plan(
@@ -31,6 +32,12 @@ def acceldeploy_removal_plan(
     return plan.plan(plain(dict(choice)), views, others).to_dict()
 
 
+def acceldeploy_removal_loaded_units(show: str) -> list[str]:
+    """The stdout of `systemctl show --property=Id,LoadState -- unit...` | this: the units
+    systemd has loaded (the ones to stop and disable; a unit not there is "not-found")."""
+    return [b["Id"] for b in show_blocks(str(show or "")) if b.get("LoadState") == "loaded"]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return filters(acceldeploy_removal_plan)
+        return filters(acceldeploy_removal_plan, acceldeploy_removal_loaded_units)

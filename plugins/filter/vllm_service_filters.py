@@ -14,6 +14,7 @@ from ansible.errors import AnsibleFilterError
 from acceldeploy.downloads import weights
 from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.inventory.ansible_adapter import plain
+from acceldeploy.serving.unit import unit_files
 from acceldeploy.state import prune, switch
 
 
@@ -86,12 +87,8 @@ def vllm_service_state_spec(
     user's entries, and each unit's state (active, enabled)."""
     files = [f"{dirs['launcher']}/{helper}" for helper in helpers] + ["/etc/passwd", "/etc/group"]
     for unit in units:
-        name = str(unit["name"])
-        files += [unit["unit_path"], unit["launcher_path"], f"{dirs['secret']}/{name}.env"]
-        kept = (os.path.basename(unit[path]) for path in ("unit_path", "launcher_path"))
-        files += [f"{dirs['last_good']}/{base}" for base in kept]
-        if unit.get("argcheck"):
-            files.append(f"{dirs['last_good']}/{name}.argcheck")
+        files += unit_files(str(unit["name"]), dirs["launcher"], dirs["secret"],
+                            dirs["last_good"], argcheck=bool(unit.get("argcheck")))  # fmt: skip
     return {"files": [str(f) for f in files], "units": [f"{u['name']}.service" for u in units]}
 
 

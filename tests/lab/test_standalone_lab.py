@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from labhost import INVENTORY
 
 from acceldeploy import __version__
 from acceldeploy.downloads import wheelhouse
+from standalone_build import build_wheel, run
 
 pytestmark = pytest.mark.e2e
 
@@ -43,13 +43,6 @@ ssh_args = -o ControlMaster=auto -o ControlPersist=120s -o ServerAliveInterval=3
 """
 
 
-def run(argv: list[str | Path], cwd: Path, env: dict[str, str], timeout: float = 900) -> str:
-    proc = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)  # fmt: skip
-    assert proc.returncode == 0, f"{argv}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
-
-
 @pytest.fixture(scope="module")
 def outside(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """<tmp>/venv with the wheel, <tmp>/collections with the tarball, <tmp>/work: the user's."""
@@ -57,13 +50,7 @@ def outside(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path
     assert not tmp.resolve().is_relative_to(REPO)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{tmp / 'venv' / 'bin'}:/usr/bin:/bin"
-    dist, source = tmp / "dist", tmp / "source"
-    # The sources the wheel is built from, so nothing left in the checkout's build/ gets in.
-    shutil.copytree(REPO / "tools" / "acceldeploy", source / "tools" / "acceldeploy",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-    for name in ("pyproject.toml", "LICENSE"):
-        shutil.copy(REPO / name, source / name)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, source], tmp, env)
+    dist = build_wheel(tmp, env).parent
     run([Path(sys.executable).parent / "ansible-galaxy", "collection", "build",
          "--output-path", dist, REPO], tmp, env)  # fmt: skip
     venv = tmp / "venv"

@@ -13,7 +13,7 @@ import pytest
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.removal.plan import plan
 
-ROOT = Path(__file__).resolve().parents[2]
+FILTERS = Path(__file__).resolve().parents[2] / "plugins/filter/removal_filters.py"
 MODEL = "acceldeploy/tiny-qwen3-vl"
 DIR = f"/models/{MODEL}@main"
 
@@ -146,8 +146,7 @@ def test_the_last_host_may_be_its_own_seed() -> None:
 def test_a_gateway_that_serves_as_well_loses_a_service_but_is_not_removed() -> None:
     """plugins/filter/removal_filters.py: a gateway host with acceldeploy_serves is a serving
     host for a service's removal, and stays a gateway for a host's."""
-    filters = runpy.run_path(str(ROOT / "plugins/filter/removal_filters.py"))
-    removal_plan = filters["acceldeploy_removal_plan"]
+    removal_plan = runpy.run_path(str(FILTERS))["acceldeploy_removal_plan"]
     gateway = {**host(svc("a"), svc("b")), "group_names": ["gateways"], "acceldeploy_serves": True}
     hostvars = {"lab1": gateway, "lab2": {**host(svc("a")), "group_names": ["fleet"]}}
     groups = {"all": ["lab1", "lab2"], "gateways": ["lab1"]}
@@ -161,3 +160,17 @@ def test_a_gateway_that_serves_as_well_loses_a_service_but_is_not_removed() -> N
     assert list(removal_plan({"service": "b"}, {**hostvars, "lab1": idle}, groups)["hosts"]) == [
         "lab2"
     ]
+
+
+def test_one_systemctl_show_names_the_loaded_units_of_remove_host() -> None:
+    loaded_units = runpy.run_path(str(FILTERS))["acceldeploy_removal_loaded_units"]
+    # systemctl show --property=Id,LoadState -- a.service ray-a.service dp-a.service m.service
+    show = (
+        "Id=a.service\nLoadState=loaded\n\n"
+        "Id=ray-a.service\nLoadState=not-found\n\n"
+        "LoadState=loaded\nId=dp-a.service\n\n"
+        "Id=m.service\nLoadState=masked\n"
+    )
+    assert loaded_units(show) == ["a.service", "dp-a.service"]
+    assert loaded_units("Id=a.service\nLoadState=not-found\n") == []
+    assert loaded_units("") == [] and loaded_units(None) == []  # the command skipped: no units

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 import tomllib
@@ -24,9 +23,8 @@ import pytest
 import acceldeploy
 from acceldeploy.bundle import build, ownwheel
 from acceldeploy.downloads import wheelhouse
+from standalone_build import PACKAGE, ROOT, build_wheel, run
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "tools" / "acceldeploy"
 DEPENDENCIES = Path(sysconfig.get_paths()["purelib"])
 EXAMPLE = "gaudi2"
 
@@ -35,21 +33,12 @@ def dependencies() -> list[str]:
     return list(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
 
 
-def run(argv: list[str | Path], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, f"{argv}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
-
-
 def fresh_venv(where: Path, wheel: Path, env: dict[str, str]) -> Path:
     """A venv with ``wheel`` installed and the worktree's dependencies visible; its python."""
     run([sys.executable, "-m", "venv", "--without-pip", where], where.parent, env)
     python = where / "bin" / "python"
     purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                  where.parent, env).stdout.strip()  # fmt: skip
+                  where.parent, env).strip()  # fmt: skip
     (Path(purelib) / "worktree-dependencies.pth").write_text(f"{DEPENDENCIES}\n")
     run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps",
          "--no-index", "--force-reinstall", wheel], where.parent, env)  # fmt: skip
@@ -63,21 +52,13 @@ def members(wheel: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The wheel, built from a copy of the package's sources (setuptools' build/ in the
-    repository would carry files since removed into it), installed into <tmp>/venv."""
+    """The wheel (standalone_build.build_wheel), installed into <tmp>/venv."""
     tmp = tmp_path_factory.mktemp("standalone")
     assert not tmp.resolve().is_relative_to(ROOT)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ANSIBLE_", "ACCELDEPLOY_", "PYTHON"))}  # fmt: skip
     env.update(ANSIBLE_HOME=str(tmp / "ansible"), ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"))
-    source = tmp / "source"
-    shutil.copytree(PACKAGE, source / "tools" / "acceldeploy",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
-    for name in ("pyproject.toml", "LICENSE"):
-        shutil.copy(ROOT / name, source / name)
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp / "dist", source],
-        tmp, env)  # fmt: skip
-    (wheel,) = (tmp / "dist").glob("acceldeploy-*.whl")
+    wheel = build_wheel(tmp, env)
     python = fresh_venv(tmp / "venv", wheel, env)
     inventory = tmp / "inventory"
     shutil.copytree(ROOT / "inventory" / "examples" / EXAMPLE, inventory)
@@ -97,8 +78,8 @@ def test_the_wheel_holds_every_data_file_of_the_package(installed) -> None:
 
 def test_nothing_of_the_repository_is_imported(installed) -> None:
     probe = "import json, sys, acceldeploy; print(json.dumps([acceldeploy.__file__, sys.path]))"
-    done = run([installed["python"], "-c", probe], installed["tmp"], installed["env"])
-    package, path = json.loads(done.stdout)
+    package, path = json.loads(run([installed["python"], "-c", probe], installed["tmp"],
+                                   installed["env"]))  # fmt: skip
     assert Path(package).is_relative_to(installed["tmp"] / "venv"), package
     inside = [Path(p) for p in path if p and Path(p).resolve().is_relative_to(ROOT)]
     assert inside == [DEPENDENCIES], inside
@@ -108,14 +89,14 @@ def test_nothing_of_the_repository_is_imported(installed) -> None:
 def test_the_installed_command_plans_an_inventory_outside_the_repository(installed) -> None:
     acceldeploy = installed["python"].parent / "acceldeploy"
     tmp, env, inventory = installed["tmp"], installed["env"], installed["inventory"]
-    rendered = run([acceldeploy, "plan", "render", "-i", inventory], tmp, env).stdout
+    rendered = run([acceldeploy, "plan", "render", "-i", inventory], tmp, env)
     assert "hpu-01" in rendered and "vllm" in rendered
     unit = run([acceldeploy, "plan", "render", "-i", inventory, "--host", "hpu-01", "--unit"],
-               tmp, env).stdout  # fmt: skip
+               tmp, env)  # fmt: skip
     assert "[Service]" in unit and "ExecStart=" in unit
-    stacks = run([acceldeploy, "plan", "stacks"], tmp, env).stdout
+    stacks = run([acceldeploy, "plan", "stacks"], tmp, env)
     assert "gaudi" in stacks and "cpu-vllm-0.13.0" in stacks
-    version = run([acceldeploy, "--version"], tmp, env).stdout
+    version = run([acceldeploy, "--version"], tmp, env)
     assert str(tmp / "venv") in version and str(ROOT) not in version
 
 
@@ -125,7 +106,7 @@ def test_its_own_wheel_for_a_bundle_is_the_wheel_it_came_from(installed) -> None
              "print(ownwheel.requirements()); "
              "print(ownwheel.build(Path(sys.argv[1]), Path(sys.argv[2])))")  # fmt: skip
     done = run([installed["python"], "-c", write, tmp / "own", tmp / "own.log"], tmp, env)
-    requirements, own = done.stdout.splitlines()
+    requirements, own = done.splitlines()
     assert requirements == repr(dependencies())
     own_wheel = Path(own)
     assert own_wheel.name == installed["wheel"].name
@@ -139,7 +120,7 @@ def test_its_own_wheel_for_a_bundle_is_the_wheel_it_came_from(installed) -> None
         original[record].decode().splitlines()
     )
     again = fresh_venv(tmp / "again", own_wheel, env)
-    stacks = run([again.parent / "acceldeploy", "plan", "stacks"], tmp, env).stdout
+    stacks = run([again.parent / "acceldeploy", "plan", "stacks"], tmp, env)
     assert "cpu-vllm-0.13.0" in stacks
 
 

@@ -15,7 +15,7 @@ from unit_verify import verify_rendered
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.serving.hostplan import host_plan, plan_host
-from acceldeploy.serving.unit import UnitOptions, build, render_files
+from acceldeploy.serving.unit import UnitOptions, build, render_files, unit_files
 from acceldeploy_lab.inventory import InventoryHost, write_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -413,23 +413,29 @@ def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out
         {
             "name": "qwen3-vl",
             "unit_path": "/etc/systemd/system/qwen3-vl.service",
-            "launcher_path": "/usr/local/libexec/acceldeploy/qwen3-vl.sh",
+            "launcher_path": "/usr/local/libexec/acceldeploy/qwen3-vl.launch",
             "argcheck": ["python", "-c", "..."],
-        }
+        },
+        {"name": "ray-qwen3-vl", "argcheck": None},
     ]
     dirs = {"launcher": "/usr/local/libexec/acceldeploy", "secret": "/etc/s", "last_good": "/lg"}
     spec = plugin["vllm_service_state_spec"](units, ["vllm-ready"], dirs)
-    assert spec["units"] == ["qwen3-vl.service"]
+    assert spec["units"] == ["qwen3-vl.service", "ray-qwen3-vl.service"]
     assert set(spec["files"]) == {
         "/usr/local/libexec/acceldeploy/vllm-ready",
         "/etc/passwd",
         "/etc/group",
         "/etc/systemd/system/qwen3-vl.service",
-        "/usr/local/libexec/acceldeploy/qwen3-vl.sh",
+        "/usr/local/libexec/acceldeploy/qwen3-vl.launch",
         "/etc/s/qwen3-vl.env",
         "/lg/qwen3-vl.service",
-        "/lg/qwen3-vl.sh",
+        "/lg/qwen3-vl.launch",
         "/lg/qwen3-vl.argcheck",
+        "/etc/systemd/system/ray-qwen3-vl.service",
+        "/usr/local/libexec/acceldeploy/ray-qwen3-vl.launch",
+        "/etc/s/ray-qwen3-vl.env",
+        "/lg/ray-qwen3-vl.service",
+        "/lg/ray-qwen3-vl.launch",
     }
     digest = plugin["vllm_service_secrets_digest"]
     services = [{"name": "qwen3-vl", "api_key": "sk-secret-1"}]
@@ -437,6 +443,17 @@ def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out
     assert "sk-secret-1" not in one
     assert one != digest([{"name": "qwen3-vl", "api_key": "sk-secret-2"}], ["qwen3-vl"])
     assert one != digest([{"name": "qwen3-vl"}], ["qwen3-vl"])
+
+
+def test_the_files_of_a_unit_are_the_paths_build_gives_it() -> None:
+    opts = UnitOptions(launcher_dir="/l", secret_dir="/s")
+    unit = _build(LAB, _launch(LAB, secret_env=["VLLM_API_KEY"]), opts)
+    files = unit_files(unit.name, "/l", "/s", "/lg")
+    assert files[:3] == [unit.unit_path, unit.launcher_path, unit.secret_path]
+    assert files[3:] == [f"/lg/{os.path.basename(unit.unit_path)}",
+                         f"/lg/{os.path.basename(unit.launcher_path)}",
+                         f"/lg/{unit.name}.argcheck"]  # fmt: skip
+    assert unit_files(unit.name, "/l", "/s", "/lg", argcheck=False) == files[:-1]
 
 
 def test_planned_stops_drain_and_hooks_run_as_root_without_blocking() -> None:

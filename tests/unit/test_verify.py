@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from acceldeploy.verify import api, hoststate, report
 from acceldeploy.verify.model import Check
@@ -99,6 +100,32 @@ def test_json_report_validates_and_junit_counts_failures():
     assert data["passed"] is False and data["summary"]["fail"] == 1
     junit = report.to_junit(checks)
     assert 'name="lab2"' in junit and 'failures="1"' in junit
+
+
+@pytest.mark.parametrize(("columns", "width"), [(None, 100), ("80", 80)])
+def test_the_table_into_a_pipe_fits_the_width_and_folds_long_cells(
+    columns, width, monkeypatch, capsys
+):
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    journal = "vllm[123]: RuntimeError: CUDA out of memory while_allocating_a_tensor_named_" * 3
+    checks = [
+        Check("lab1", "ssh", "pass", "root@127.0.0.1:2201"),
+        Check("lab2", "unit", "fail", journal, "journalctl -u qwen3-vl --since=-10min", "qwen3-vl"),
+        Check("lab2", "governor", "skip", "no cpufreq"),
+    ]
+    report.print_table(checks)
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert max(len(line.encode()) for line in lines) <= width  # bytes: ASCII borders
+    assert "\x1b[" not in text
+    for word in ("host", "service", "check", "status", "detail", "fix", "qwen3-vl", "skip"):
+        assert word in text
+    folded = "".join(line.split("|")[5].strip() for line in lines if line.count("|") == 7)
+    assert journal.replace(" ", "") in folded.replace(" ", "")  # every character, folded
+    assert lines[-1] == "FAIL  1 pass, 1 fail, 0 warn, 1 skip"
 
 
 def test_verify_checks_the_stack_a_run_deployed_with_minus_e():

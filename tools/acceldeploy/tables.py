@@ -1,7 +1,8 @@
 """Tables a person reads at a width: a terminal's, a pipe's ($COLUMNS, else 100 characters) or
 a docs page's. Wider than that, a table becomes several: each repeats the key column (the
 first) and takes the next columns that fit, and a long cell wraps within its column. What
-`acceldeploy plan stacks` and tune print, and the stacks matrix of the docs."""
+`acceldeploy plan stacks` and tune print, and the stacks matrix of the docs; verify's table
+stays one, at the same width and border, its long cells folded."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from acceldeploy.runtimes.python_env import STAGING_KEY_CHARS, build_dir, env_pr
 from acceldeploy.serving.cluster import DP_UNIT_PREFIX, NNODES_UNIT_PREFIX, RAY_UNIT_PREFIX
 from acceldeploy.serving.hostplan import DEFAULT_MODELS_ROOT, ENV_KEYS
 from acceldeploy.serving.service import NAME_RE
-from acceldeploy.serving.unit import UNIT_DIR, state_dir
+from acceldeploy.serving.unit import state_dir, unit_files
 from acceldeploy.state.drift import RECORD_DIR
 
 CHOICES = {
@@ -124,9 +124,7 @@ def _service_files(view: Mapping[str, Any], name: str) -> tuple[list[str], list[
     units, files = [], []
     for unit in (prefix + name for prefix in NODE_PREFIXES):
         units.append(f"{unit}.service")
-        files += [f"{UNIT_DIR}/{unit}.service", f"{launcher}/{unit}.launch",
-                  f"{secrets}/{unit}.env", f"{last_good}/{unit}.service",
-                  f"{last_good}/{unit}.launch", f"{last_good}/{unit}.argcheck"]  # fmt: skip
+        files += unit_files(unit, launcher, secrets, last_good)
     return units, files, [state_dir(name)]
 
 

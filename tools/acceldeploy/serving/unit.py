@@ -128,6 +128,19 @@ def state_dir(name: str) -> str:
     return f"{STATE_ROOT}/{name}"
 
 
+def unit_files(
+    unit: str, launcher_dir: str, secret_dir: str, last_good_dir: str, argcheck: bool = True
+) -> list[str]:
+    """The files the vllm_service role keeps for the unit named ``unit`` (a service's or a
+    node unit of its group): the unit, its launcher and secrets, and in ``last_good_dir`` the
+    rollback copies of the unit and launcher with, when ``argcheck`` (the unit has a parser
+    check), the check's digest. The no-op path watches them; remove.yml deletes them."""
+    files = [f"{UNIT_DIR}/{unit}.service", f"{launcher_dir}/{unit}.launch",
+             f"{secret_dir}/{unit}.env", f"{last_good_dir}/{unit}.service",
+             f"{last_good_dir}/{unit}.launch"]  # fmt: skip
+    return [*files, f"{last_good_dir}/{unit}.argcheck"] if argcheck else files
+
+
 def var_name(option: str) -> str:
     """The inventory / role variable of a unit option."""
     return f"vllm_service_{option}"

@@ -86,17 +86,23 @@ def _tree_state(root: str) -> dict[str, list[int]] | None:
     return found
 
 
+def show_blocks(text: str) -> list[dict[str, str]]:
+    """`systemctl show` of several units -> each unit's {property: value}, in the order the
+    units were named (systemctl separates their blocks with a blank line)."""
+    blocks = [b for b in text.split("\n\n") if b.strip()]
+    return [dict(line.split("=", 1) for line in b.splitlines() if "=" in line) for b in blocks]
+
+
 def _unit_states(units: Iterable[str]) -> dict[str, dict[str, str]]:
     names = list(units)
     if not names:
         return {}
     argv = ["systemctl", "show", "-p", "Id", "-p", "ActiveState", "-p", "UnitFileState", *names]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    blocks = [b for b in proc.stdout.split("\n\n") if b.strip()]
+    blocks = show_blocks(proc.stdout)
     states: dict[str, dict[str, str]] = {}
-    for index, block in enumerate(blocks[: len(names)]):
+    for index, props in enumerate(blocks[: len(names)]):
         name = names[index]
-        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
         states[name] = {k: props.get(k, "") for k in ("ActiveState", "UnitFileState")}
     for name in names[len(blocks) :]:
         states[name] = {"ActiveState": "unknown", "UnitFileState": "unknown"}

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any
 
+from acceldeploy import tables
 from acceldeploy.verify.model import Check, passed
 
 SCHEMA_VERSION = 1
@@ -53,18 +54,19 @@ def to_junit(checks: list[Check]) -> str:
     return ET.tostring(suites, encoding="unicode")
 
 
-def print_table(checks: list[Check]) -> None:
-    from rich.console import Console
+def print_table(checks: list[Check], out: Any = None) -> None:
+    """The checks as one table on `out` (tables.console(): a terminal's width, else $COLUMNS or
+    100 characters), a long cell folded within its column, then the verdict."""
     from rich.table import Table
 
-    table = Table(title="acceldeploy verify", show_lines=False)
+    console = out or tables.console()
+    table = Table(title="acceldeploy verify", box=tables.box(console))
     for column in ("host", "service", "check", "status", "detail", "fix"):
         table.add_column(column, overflow="fold")
     for c in checks:
         table.add_row(
             c.host, c.service or "", c.name, f"[{STYLE[c.status]}]{c.status}[/]", c.detail, c.fix
         )
-    console = Console(width=200)
     console.print(table)
     counts = Counter(c.status for c in checks)
     verdict = "[green]PASS[/]" if passed(checks) else "[bold red]FAIL[/]"
