@@ -4,7 +4,8 @@ installed with that venv's ansible-galaxy. No checkout on any path, nothing edit
 `acceldeploy plan render` reads a copy of an example inventory, and a three-line playbook that
 imports acceldeploy.fleet.site runs against the converged lab with a copy of its inventory; it
 completes (verify included, run by the venv's own package), and a second run changes nothing.
-Run after test_site.py (the served lab)."""
+Run after test_site.py (the served lab). The same from bare hosts (freshly started, nothing
+deployed) is `make test-slow`'s: it leaves the lab served by the installed collection."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from ansible_run import REPO, run_playbook
-from labhost import INVENTORY
+from labhost import INVENTORY, lab_cli
 
 from acceldeploy import __version__
 from acceldeploy.downloads import wheelhouse
@@ -112,3 +113,22 @@ def test_a_playbook_importing_acceldeploy_fleet_site_converges_the_lab_and_rerun
     assert {h: again.changed(h) for h in again.stats} == dict.fromkeys(again.stats, 0)
     print(f"\nfrom the installed collection: {first.duration:.1f} s, rerun {again.duration:.1f} s",
           flush=True)  # fmt: skip
+
+
+@pytest.mark.slow  # ~5 min: two bare hosts to serving, the environment built from the wheels
+def test_from_bare_hosts_the_installed_collection_serves_and_reruns_clean(outside: dict) -> None:
+    lab_cli("down")
+    lab_cli("up", "--hosts", "2")
+    inventory = outside["work"] / "bare"
+    shutil.copytree(INVENTORY.parent, inventory)
+    playbook, command = outside["work"] / "site.yml", outside["venv"] / "bin" / "ansible-playbook"
+    kwargs = {"env": outside["env"], "cwd": outside["work"], "command": command, "timeout": 3000}
+    first = run_playbook(playbook, inventory, **kwargs)
+    assert first.ok, first.output[-6000:]
+    assert all(first.changed(h) > 0 for h in ("lab1", "lab2")), first.stats
+    assert first.results("Run acceldeploy verify against this inventory")
+    again = run_playbook(playbook, inventory, **kwargs)
+    assert again.ok, again.output[-6000:]
+    assert {h: again.changed(h) for h in again.stats} == dict.fromkeys(again.stats, 0)
+    print(f"\nfrom bare, the installed collection: {first.duration:.1f} s, rerun "
+          f"{again.duration:.1f} s", flush=True)  # fmt: skip
