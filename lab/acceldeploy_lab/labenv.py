@@ -30,7 +30,7 @@ from acceldeploy.downloads.wheelhouse import (
     PYTHON_VERSIONS_BY_VLLM,
     VLLM_CPU_VERSION,
     WheelhouseError,
-    add_version_arguments,
+    add_source_arguments,
     cache_dir,
     check_vllm_version,
     chosen_lock,
@@ -270,15 +270,7 @@ def status(cache: Path | None = None, vllm_version: str = VLLM_CPU_VERSION) -> d
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m acceldeploy_lab.labenv")
     parser.add_argument("command", choices=("build", "lock", "status"))
-    parser.add_argument("--cache", type=Path, default=None, help="default $ACCELDEPLOY_CACHE")
-    add_version_arguments(parser)
-    parser.add_argument("--no-lock", action="store_true", help="resolve instead of the lock")
-    parser.add_argument(
-        "--constraint",
-        type=Path,
-        default=None,
-        help="with --no-lock: another lock whose pins bound the resolution (vllm excluded)",
-    )
+    add_source_arguments(parser)
     parser.add_argument("--python", default=sys.executable, help="a CPython 3.11 for the venv")
     parser.add_argument("--force", action="store_true", help="ignore the stamp, redo")
     args = parser.parse_args(argv)

@@ -280,12 +280,14 @@ def stop(mirror: Mirror, timeout: float = 10.0) -> bool:
 _RESOLVE = re.compile(r"^/(?:(datasets|spaces)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 
 
-def served(mirror: Mirror, since_line: int = 0) -> dict[str, Any]:
-    """Counts the request log (from line ``since_line``): all requests and body bytes, and
-    per file downloaded through ``/resolve/`` its GETs, HEADs and body bytes."""
+def count_requests(
+    log: Path, since_line: int, file_key: Callable[[dict[str, Any]], str | None]
+) -> dict[str, Any]:
+    """Counts a request log (from line ``since_line``): all requests and body bytes, and per
+    file ``file_key`` names (None: not a file download) its GETs, HEADs and body bytes."""
     totals: dict[str, Any] = {"requests": 0, "bytes": 0, "errors": 0, "lines": 0, "files": {}}
     try:
-        lines = mirror.request_log.read_text().splitlines()
+        lines = log.read_text().splitlines()
     except FileNotFoundError:
         return totals
     totals["lines"] = len(lines)
@@ -296,18 +298,27 @@ def served(mirror: Mirror, since_line: int = 0) -> dict[str, Any]:
         totals["bytes"] += entry["bytes"]
         if entry["status"] >= 400:
             totals["errors"] += 1
-        match = _RESOLVE.match(urllib.parse.unquote(entry["path"]))
-        if not match:
+        key = file_key(entry)
+        if key is None:
             continue
-        repo_type, repo_id, _revision, filename = match.groups()
-        key = f"{repo_type + '/' if repo_type else ''}{repo_id}/{filename}"
         stats = files.setdefault(key, {"get": 0, "head": 0, "bytes": 0})
-        if entry["method"] == "HEAD":
-            stats["head"] += 1
-        else:
-            stats["get"] += 1
+        stats["head" if entry["method"] == "HEAD" else "get"] += 1
         stats["bytes"] += entry["bytes"]
     return totals
+
+
+def _resolve_key(entry: dict[str, Any]) -> str | None:
+    match = _RESOLVE.match(urllib.parse.unquote(entry["path"]))
+    if not match:
+        return None
+    repo_type, repo_id, _revision, filename = match.groups()
+    return f"{repo_type + '/' if repo_type else ''}{repo_id}/{filename}"
+
+
+def served(mirror: Mirror, since_line: int = 0) -> dict[str, Any]:
+    """Counts the request log (from line ``since_line``): all requests and body bytes, and
+    per file downloaded through ``/resolve/`` its GETs, HEADs and body bytes."""
+    return count_requests(mirror.request_log, since_line, _resolve_key)
 
 
 ASGIApp = Callable[

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy_lab import daemon
-from acceldeploy_lab.mirror import BRANCH, MirrorError, cache_dir
+from acceldeploy_lab.mirror import BRANCH, MirrorError, cache_dir, count_requests
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8095
@@ -375,31 +375,18 @@ def stop(mirror: MsMirror, timeout: float = 10.0) -> bool:
     return daemon.stop(_daemon(mirror), timeout)
 
 
+def _file_key(entry: dict[str, Any]) -> str | None:
+    match = _ROUTES["file"].match(entry["path"])
+    if not match:
+        return None
+    query = dict(urllib.parse.parse_qsl(entry.get("query", "")))
+    return f"{match['owner']}/{match['name']}/{query.get('FilePath', '')}"
+
+
 def served(mirror: MsMirror, since_line: int = 0) -> dict[str, Any]:
     """Counts the request log (from line ``since_line``): all requests and body bytes, and per
     file downloaded through ``/repo?FilePath=`` its GETs, HEADs and body bytes."""
-    totals: dict[str, Any] = {"requests": 0, "bytes": 0, "errors": 0, "lines": 0, "files": {}}
-    try:
-        lines = mirror.request_log.read_text().splitlines()
-    except FileNotFoundError:
-        return totals
-    totals["lines"] = len(lines)
-    files: dict[str, dict[str, int]] = totals["files"]
-    for line in lines[since_line:]:
-        entry = json.loads(line)
-        totals["requests"] += 1
-        totals["bytes"] += entry["bytes"]
-        if entry["status"] >= 400:
-            totals["errors"] += 1
-        match = _ROUTES["file"].match(entry["path"])
-        if not match:
-            continue
-        query = dict(urllib.parse.parse_qsl(entry.get("query", "")))
-        key = f"{match['owner']}/{match['name']}/{query.get('FilePath', '')}"
-        stats = files.setdefault(key, {"get": 0, "head": 0, "bytes": 0})
-        stats["head" if entry["method"] == "HEAD" else "get"] += 1
-        stats["bytes"] += entry["bytes"]
-    return totals
+    return count_requests(mirror.request_log, since_line, _file_key)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,9 +32,9 @@ def lab_inventory(tmp_path: Path, **extra: dict[str, Any]) -> Path:
     return path
 
 
-def playbook_report(inventory: Path, playbook: str, *args: str) -> tuple[int, dict[str, Any]]:
-    """ansible-playbook's exit code and its ansible.posix.json report (args: --limit ...)."""
-    proc = subprocess.run(
+def run_playbook(inventory: Path, playbook: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook with the ansible.posix.json callback (args: --limit ...)."""
+    return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
          str(ROOT / playbook), *args],
         capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
@@ -42,4 +42,9 @@ def playbook_report(inventory: Path, playbook: str, *args: str) -> tuple[int, di
              "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
              "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"},
     )  # fmt: skip
+
+
+def playbook_report(inventory: Path, playbook: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """ansible-playbook's exit code and its ansible.posix.json report (args: --limit ...)."""
+    proc = run_playbook(inventory, playbook, *args)
     return proc.returncode, json.loads(proc.stdout[proc.stdout.index("{") :])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from playbook_report import playbook_report, run_playbook
 
 from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
@@ -248,20 +248,7 @@ def preflight(stage: str, tmp: str) -> dict[str, Any]:
     inventory = Path(tmp) / f"{stage}.yml"
     hosts = {c.id: host_vars(c) for c in cases}
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    return playbook_json(inventory, "playbooks/preflight.yml")[1]
-
-
-def playbook_json(inventory: Path, playbook: str, *args: str) -> tuple[int, dict[str, Any]]:
-    """ansible-playbook's exit code and its ansible.posix.json report (args: --limit ...)."""
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-         str(ROOT / playbook), *args],
-        capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-             "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"},
-    )  # fmt: skip
-    return proc.returncode, json.loads(proc.stdout[proc.stdout.index("{") :])
+    return playbook_report(inventory, "playbooks/preflight.yml")[1]
 
 
 @pytest.fixture(scope="module")
@@ -335,7 +322,7 @@ def test_multi_node_mistakes_are_refused_in_preflight(
     changes: dict[str, Any], limit: str | None, named: str, tmp_path: Path
 ) -> None:
     inventory = two_node_inventory(tmp_path, changes)
-    returncode, data = playbook_json(inventory, "playbooks/preflight.yml",
+    returncode, data = playbook_report(inventory, "playbooks/preflight.yml",
                                      *(("--limit", limit) if limit else ()))  # fmt: skip
     assert returncode != 0
     assert [p["play"]["name"] for p in data["plays"]] == [
@@ -390,7 +377,7 @@ def test_one_bad_host_stops_the_run_for_every_host(tmp_path: Path) -> None:
     inventory.write_text(
         yaml.safe_dump({"all": {"hosts": {"good-01": {**ASCEND, **CLOSED}, "bad-01": bad}}})
     )
-    returncode, data = playbook_json(inventory, "site.yml")
+    returncode, data = playbook_report(inventory, "site.yml")
     assert returncode != 0
     assert [p["play"]["name"] for p in data["plays"]] == [
         "Preflight - check the inventory before changing any host"
@@ -450,23 +437,12 @@ def host(change_vars: dict[str, Any], change_service: dict[str, Any]) -> dict[st
     return hv
 
 
-def ansible_output(playbook: str, inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-         str(ROOT / playbook), *extra],
-        capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-             "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"},
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def refused(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
     inventory = tmp_path_factory.mktemp("secrets") / "hosts.yml"
     hosts = {case: host(hv, sv) for case, _, hv, sv in REFUSED}
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    proc = ansible_output("playbooks/preflight.yml", inventory, "-v")
+    proc = run_playbook(inventory, "playbooks/preflight.yml", "-v")
     output = proc.stdout + proc.stderr
     return output, json.loads(proc.stdout[proc.stdout.index("{") :])
 
@@ -495,7 +471,7 @@ def test_accepted_credentials_stay_out_of_the_preview_and_check_diff(tmp_path: P
     inventory = tmp_path / "hosts.yml"
     hv = host({"model_weights_hf_token": HF}, {"api_key": PLANTED})
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"npu-01": hv}}}))
-    proc = ansible_output("site.yml", inventory, "--check", "--diff", "-v")
+    proc = run_playbook(inventory, "site.yml", "--check", "--diff", "-v")
     data = json.loads(proc.stdout[proc.stdout.index("{") :])
     assert data["stats"]["npu-01"]["unreachable"] == 1, proc.stdout[-3000:]
     shown = [

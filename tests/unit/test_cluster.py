@@ -230,9 +230,9 @@ def group_inventory(tmp_path: Path, groups: dict[str, dict], per_host: dict[str,
 
 
 def preflight_failures(inventory_path: Path) -> tuple[dict, list[str]]:
-    from test_bad_input_battery import playbook_json
+    from playbook_report import playbook_report
 
-    _, data = playbook_json(inventory_path, "playbooks/preflight.yml")
+    _, data = playbook_report(inventory_path, "playbooks/preflight.yml")
     failed = [str(result.get("msg", "")) for play in data["plays"] for task in play["tasks"]
               for result in task["hosts"].values() if result.get("failed")]  # fmt: skip
     return data["stats"], failed

@@ -3,6 +3,8 @@ reboot reasons, the cmdline check after a reboot, the BIOS audit, Redfish, the s
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from test_host_tuning_render import DEBIAN_TOOLS, facts, inputs, probe
 
@@ -152,13 +154,18 @@ def test_reboot_reasons_in_a_container_follow_the_file():
     assert hosttuning.reboot_reasons(plan, False) == []
 
 
-def test_reboot_reason_on_a_host_comes_from_proc_cmdline():
+def debian_cpu_plan() -> dict[str, Any]:
+    """The cpu platform's plan on Debian 12 booted from /boot/grub/grub.cfg with just ``ro``."""
     configs = {"/boot/grub/grub.cfg": {"stub": False, "options": ["ro"]}}
-    plan = hosttuning.plan(
+    return hosttuning.plan(
         inputs("cpu"),
         facts("Debian", "Debian", "12", "6.1.0"),
         probe(tools=DEBIAN_TOOLS, configs=configs),
     )
+
+
+def test_reboot_reason_on_a_host_comes_from_proc_cmdline():
+    plan = debian_cpu_plan()
     assert hosttuning.reboot_reasons(plan, False) == [
         "kernel arguments not in /proc/cmdline: cpufreq.default_governor=performance "
         "intel_idle.max_cstate=0"
@@ -167,12 +174,7 @@ def test_reboot_reason_on_a_host_comes_from_proc_cmdline():
 
 
 def test_cmdline_check_after_reboot():
-    configs = {"/boot/grub/grub.cfg": {"stub": False, "options": ["ro"]}}
-    plan = hosttuning.plan(
-        inputs("cpu"),
-        facts("Debian", "Debian", "12", "6.1.0"),
-        probe(tools=DEBIAN_TOOLS, configs=configs),
-    )
+    plan = debian_cpu_plan()
     good = hosttuning.cmdline_check(
         plan, {"cmdline": "ro cpufreq.default_governor=performance intel_idle.max_cstate=0"}
     )

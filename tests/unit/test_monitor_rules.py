@@ -41,16 +41,21 @@ def written(tmp_path: Path, **raw: object) -> Path:
     return path
 
 
-@promtool
-def test_every_alert_fires_on_its_case_and_not_on_a_near_miss(tmp_path: Path) -> None:
-    written(tmp_path, ttft_slo={"qwen3-vl": "2s"})
-    shutil.copy(DATA / "rules-test.yml", tmp_path)
+def promtool_passes(tmp_path: Path) -> None:
+    """promtool checks rules.yml and runs rules-test.yml against it."""
     check = subprocess.run(["promtool", "check", "rules", "rules.yml"], cwd=tmp_path,
                            capture_output=True, text=True)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     test = subprocess.run(["promtool", "test", "rules", "rules-test.yml"], cwd=tmp_path,
                           capture_output=True, text=True)  # fmt: skip
     assert test.returncode == 0, test.stdout + test.stderr
+
+
+@promtool
+def test_every_alert_fires_on_its_case_and_not_on_a_near_miss(tmp_path: Path) -> None:
+    written(tmp_path, ttft_slo={"qwen3-vl": "2s"})
+    shutil.copy(DATA / "rules-test.yml", tmp_path)
+    promtool_passes(tmp_path)
 
 
 def test_the_default_names_render_todays_rules_byte_for_byte() -> None:
@@ -79,12 +84,7 @@ def test_a_stacks_names_flow_into_rules_that_fire_on_its_series(tmp_path: Path) 
     for role, name in RENAMED.items():
         case = case.replace(rules.DEFAULT_SERIES[role], name)
     (tmp_path / "rules-test.yml").write_text(case)
-    check = subprocess.run(["promtool", "check", "rules", "rules.yml"], cwd=tmp_path,
-                           capture_output=True, text=True)  # fmt: skip
-    assert check.returncode == 0, check.stdout + check.stderr
-    test = subprocess.run(["promtool", "test", "rules", "rules-test.yml"], cwd=tmp_path,
-                          capture_output=True, text=True)  # fmt: skip
-    assert test.returncode == 0, test.stdout + test.stderr
+    promtool_passes(tmp_path)
 
 
 @promtool

@@ -305,15 +305,20 @@ def plant(root: Path, rel: str, recording: str) -> Path:
     return path
 
 
+def plant_ascend(root: Path, toolkit: str, cann: str) -> Path:
+    """The recorded driver and firmware, and CANN ``cann``'s toolkit info under ``toolkit``."""
+    plant(root, f"{HOME}/driver/version.info", DRIVER)
+    plant(root, f"{HOME}/firmware/version.info", FIRMWARE)
+    return plant(
+        root,
+        f"{HOME}/{toolkit}/aarch64-linux/ascend_toolkit_install.info",
+        f"ascend-toolkit-install-info-cann-{cann}.txt",
+    )
+
+
 def test_the_probe_reads_the_files_where_the_role_reads_them(tmp_path: Path) -> None:
     home = str(tmp_path / "usr/local/Ascend")
-    plant(tmp_path, f"{HOME}/driver/version.info", DRIVER)
-    plant(tmp_path, f"{HOME}/firmware/version.info", FIRMWARE)
-    info = plant(
-        tmp_path,
-        f"{HOME}/ascend-toolkit/8.3.RC2/aarch64-linux/ascend_toolkit_install.info",
-        "ascend-toolkit-install-info-cann-8.3.RC2.txt",
-    )
+    info = plant_ascend(tmp_path, "ascend-toolkit/8.3.RC2", "8.3.RC2")
     (tmp_path / "usr/local/Ascend/ascend-toolkit/latest").symlink_to(info.parents[1])
     inputs = ascend_inputs(home=home)
     stdout = run_probe(inputs)
@@ -334,13 +339,7 @@ def test_the_probe_reads_the_files_where_the_role_reads_them(tmp_path: Path) -> 
 
 def test_the_probe_reads_cann_8_5_from_the_second_place(tmp_path: Path) -> None:
     home = str(tmp_path / "usr/local/Ascend")
-    plant(tmp_path, f"{HOME}/driver/version.info", DRIVER)
-    plant(tmp_path, f"{HOME}/firmware/version.info", FIRMWARE)
-    plant(
-        tmp_path,
-        f"{HOME}/cann/aarch64-linux/ascend_toolkit_install.info",
-        "ascend-toolkit-install-info-cann-8.5.0.txt",
-    )
+    plant_ascend(tmp_path, "cann", "8.5.0")
     stdout = run_probe(ascend_inputs("ascend-vllm-0.13.0", home))
     assert lock(stdout, ascend_inputs("ascend-vllm-0.13.0", home))["detected"]["cann"] == "8.5.0"
 
@@ -398,13 +397,7 @@ def test_preflight_refuses_at_first_contact_before_any_change(tmp_path: Path) ->
     Ascend host, an hl-smi printing driver 1.24.0 on the Gaudi host. Both are refused at the
     first contact, in the first play, naming their stack; nothing changed."""
     home = tmp_path / "usr/local/Ascend"
-    plant(tmp_path, f"{HOME}/driver/version.info", DRIVER)
-    plant(tmp_path, f"{HOME}/firmware/version.info", FIRMWARE)
-    plant(
-        tmp_path,
-        f"{HOME}/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info",
-        "ascend-toolkit-install-info-cann-8.2.RC1.txt",
-    )
+    plant_ascend(tmp_path, "ascend-toolkit/latest", "8.2.RC1")
     tool = tmp_path / "bin" / "hl-smi"
     tool.parent.mkdir()
     tool.write_text(

@@ -532,13 +532,8 @@ def add_version_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def chosen_lock(args: argparse.Namespace) -> Path:
-    return args.lock if args.lock is not None else lock_path(args.vllm_version)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.downloads.wheelhouse")
-    parser.add_argument("command", choices=("fetch", "status"))
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--cache``, the version arguments, ``--no-lock`` and ``--constraint``."""
     parser.add_argument("--cache", type=Path, default=None, help="default $ACCELDEPLOY_CACHE")
     add_version_arguments(parser)
     parser.add_argument("--no-lock", action="store_true", help="resolve instead of the lock")
@@ -548,6 +543,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="with --no-lock: another lock whose pins bound the resolution (vllm excluded)",
     )
+
+
+def chosen_lock(args: argparse.Namespace) -> Path:
+    return args.lock if args.lock is not None else lock_path(args.vllm_version)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m acceldeploy.downloads.wheelhouse")
+    parser.add_argument("command", choices=("fetch", "status"))
+    add_source_arguments(parser)
     parser.add_argument("--python", default=sys.executable, help="the pip that downloads")
     parser.add_argument("--force", action="store_true", help="ignore the stamp, redo")
     parser.add_argument(

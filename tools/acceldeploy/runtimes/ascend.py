@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -37,6 +37,13 @@ from acceldeploy.runtimes.versions import (
 
 # --------------------------------------------------------------------------------------------
 # Version files
+
+
+def _required_key(kv: Mapping[str, str], key: str, file: str) -> str:
+    value = kv.get(key, "")
+    if not value:
+        raise AcceldeployError(f"{file} has no {key}= line")
+    return value
 
 
 @dataclass(frozen=True)
@@ -75,11 +82,8 @@ class AscendFirmware:
     @classmethod
     def parse(cls, text: str) -> AscendFirmware:
         kv = read_kv(text)
-        version = kv.get("Version", "")
-        if not version:
-            raise AcceldeployError("firmware version.info has no Version= line")
         return cls(
-            version=version,
+            version=_required_key(kv, "Version", "firmware version.info"),
             package_version=kv.get("package_version", ""),
             driver_ranges=tuple(ranges(kv.get("compatible_version_drv", ""))),
         )
@@ -96,11 +100,8 @@ class CannToolkit:
     @classmethod
     def parse(cls, text: str) -> CannToolkit:
         kv = read_kv(text)
-        version = kv.get("version", "")
-        if not version:
-            raise AcceldeployError("ascend_toolkit_install.info has no version= line")
         return cls(
-            version=version,
+            version=_required_key(kv, "version", "ascend_toolkit_install.info"),
             innerversion=kv.get("innerversion", ""),
             compatible=families(kv.get("compatible_version", "")),
             arch=kv.get("arch", ""),
