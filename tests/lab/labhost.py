@@ -8,6 +8,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -162,6 +163,20 @@ def prometheus_api(path: str, **query: str) -> Any:
         data = json.loads(answer.read())
     assert data["status"] == "success", data
     return data["data"]
+
+
+def wait(predicate: Any, timeout: float, every: float = 1.0) -> Any:
+    """predicate()'s first true value within timeout seconds, else its last value."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()) and time.monotonic() < deadline:
+        time.sleep(every)
+    return value
+
+
+def targets_up() -> dict[tuple[str, str], str]:
+    """{(job, host): health} of the monitor's active targets, by Prometheus's HTTP API."""
+    active = prometheus_api("/api/v1/targets", state="active")["activeTargets"]
+    return {(t["labels"]["job"], t["labels"]["host"]): t["health"] for t in active}
 
 
 @contextmanager

@@ -11,15 +11,13 @@ frontend port)."""
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from ansible_run import run_playbook
-from labhost import INVENTORY, haproxy_servers, on_host, prometheus_api, verify_report
+from labhost import INVENTORY, haproxy_servers, on_host, targets_up, verify_report, wait
 from vllm_client import chat
 
 pytestmark = pytest.mark.e2e
@@ -51,18 +49,6 @@ def colocated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                          "gateway.json", check=False)  # fmt: skip
         on_host(MONITOR, "systemctl disable --now prometheus; rm -f /var/lib/acceldeploy/state/"
                          "monitor.json", check=False)  # fmt: skip
-
-
-def wait(predicate: Any, timeout: float, every: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()) and time.monotonic() < deadline:
-        time.sleep(every)
-    return value
-
-
-def targets_up() -> dict[tuple[str, str], str]:
-    active = prometheus_api("/api/v1/targets", state="active")["activeTargets"]
-    return {(t["labels"]["job"], t["labels"]["host"]): t["health"] for t in active}
 
 
 def test_two_servers_serve_with_the_gateway_and_the_monitor_on_them(colocated: Path) -> None:

@@ -15,11 +15,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from ansible_run import run_playbook
-from labhost import INVENTORY, ROOT, lab_cli, on_host, prometheus_api
+from labhost import INVENTORY, ROOT, lab_cli, on_host, prometheus_api, targets_up, wait
 
 pytestmark = pytest.mark.e2e
 
@@ -35,18 +34,6 @@ def monitor() -> Iterator[str]:
         yield MONITOR
     finally:
         lab_cli("down", "--host", MONITOR)
-
-
-def wait(predicate: Any, timeout: float, every: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()) and time.monotonic() < deadline:
-        time.sleep(every)
-    return value
-
-
-def targets_up() -> dict[tuple[str, str], str]:
-    active = prometheus_api("/api/v1/targets", state="active")["activeTargets"]
-    return {(t["labels"]["job"], t["labels"]["host"]): t["health"] for t in active}
 
 
 def test_site_deploys_the_monitor_and_every_target_is_up(monitor: str) -> None:
