@@ -176,20 +176,15 @@ def acceldeploy_variable_pattern(_: Any = None) -> str:
     return "^(" + "|".join(varcheck.PREFIXES) + ")"
 
 
-def _also_serving(inventory_groups: Mapping[str, Any], hostvars: Mapping[str, Any]) -> list[str]:
-    """The gateway and monitor hosts that serve as well (groups.SERVES_VAR)."""
-    hosts = {h for g in groups.NOT_SERVING for h in plain(list(inventory_groups.get(g) or []))}
-    return sorted(h for h in hosts if h in hostvars and hostvars[h].get(groups.SERVES_VAR) is True)
-
-
 def acceldeploy_serving_pattern(
     inventory_groups: Mapping[str, Any], hostvars: Mapping[str, Any] | None = None
 ) -> str:
     """groups | acceldeploy_serving_pattern(hostvars): the host pattern of every host that
     serves models (all but the gateways and monitors that do not serve as well), for the play
     that computes acceldeploy_serving."""
-    found = plain(dict(inventory_groups))
-    return groups.serving_pattern(found, _also_serving(found, hostvars or {}))
+    found, known = plain(dict(inventory_groups)), hostvars or {}
+    named = sorted({h for g in groups.NOT_SERVING for h in found.get(g) or [] if h in known})
+    return groups.serving_pattern(found, acceldeploy_serving_hosts(named, known))
 
 
 def acceldeploy_serving_hosts(hosts: Any, hostvars: Mapping[str, Any]) -> list[str]:
@@ -211,8 +206,9 @@ def acceldeploy_runtime_role(platform: Any) -> str:
 def acceldeploy_serves(group_names: Any, also_serves: Any = False) -> bool:
     """group_names | acceldeploy_serves(acceldeploy_serves | default(false)): the host serves
     models (no gateway, no monitor, or one that serves as well)."""
-    view = {"group_names": plain(list(group_names or [])), groups.SERVES_VAR: also_serves is True}
-    return groups.serves(view)
+    return groups.serves(
+        {"group_names": plain(list(group_names or [])), groups.SERVES_VAR: also_serves}
+    )
 
 
 def acceldeploy_target_probe(inputs: Mapping[str, Any]) -> str:

@@ -22,11 +22,10 @@ def acceldeploy_removal_plan(
     views, others = {}, {}
     for host in plain(list(inventory_groups.get("all") or [])):
         got = hostvars[host]
-        seen = {"group_names": plain(list(got.get("group_names") or [])),
-                groups.SERVES_VAR: got.get(groups.SERVES_VAR) is True}  # fmt: skip
-        if groups.role(seen):
-            others[host] = groups.role(seen)
-        if not groups.serves(seen):
+        role = groups.role(got)
+        if role:
+            others[host] = role
+        if not groups.serves(got):
             continue
         views[host] = {k: plain(got[k]) for k in plan.HOST_VARS if k in got}
     return plan.plan(plain(dict(choice)), views, others).to_dict()
