@@ -7,8 +7,10 @@
 - a download killed midway resumes on the next run (ModelScope path through msmirror, which
   honours Range; HF path through olah, which does not, so there the file restarts) and
   verifies;
-- a byte flipped in a published file is found and repaired (``verify: fast`` when the mtime
-  moved, ``verify: full`` when it did not).
+- a byte flipped in a published file is found and repaired: ``verify: fast`` when the mtime
+  moved and when it was put back (the ctime moved), ``verify: full`` when the whole stamp
+  matches (the manifest re-stamped after the flip, as a write in the stamp's clock tick leaves
+  it).
 
 The models are made here (deterministic bytes, so deterministic commits) and published into the
 mirror's root: $ACCELDEPLOY_TEST_MIRROR_ROOT (default /var/cache/acceldeploy/mirror), olah on
@@ -368,17 +370,29 @@ def test_seed_downloads_once_and_fans_out(hosts, mirrors):
 def test_flipped_byte_is_found_and_repaired(hosts, mirrors):
     (first_name, first), (second_name, second) = hosts.items()
     directory = f"{ROOT}/{MODEL}@{mirrors['model_rev']}"
-    shard = f"{directory}/model-00001-of-00002.safetensors"
+    name = "model-00001-of-00002.safetensors"
+    shard = f"{directory}/{name}"
     good = tree(first, f"{MODEL}@{mirrors['model_rev']}")
     flip = f"printf '\\x00' | dd of={shard} bs=1 seek=4096 conv=notrunc status=none"
-    remote(first, flip)  # mtime moves: the fast check re-hashes this file
+    remote(first, flip)  # mtime moves
     remote(second, f"touch -r {shard} /tmp/mtime && {flip} && touch -r /tmp/mtime {shard}")
     run, served = converge(mirrors, model_weights_strategy="each")
     assert run.ok, run.output
-    assert run.changed(first_name) >= 1 and run.changed(second_name) == 0, run.stats
-    assert tree(first, f"{MODEL}@{mirrors['model_rev']}") == good
-    assert tree(second, f"{MODEL}@{mirrors['model_rev']}") != good  # same size and mtime
-    assert file_bytes(served, MODEL) == 6 * MIB  # only the bad shard came again
+    assert run.changed(first_name) >= 1 and run.changed(second_name) >= 1, run.stats
+    for hostvars in (first, second):
+        assert tree(hostvars, f"{MODEL}@{mirrors['model_rev']}") == good
+    assert file_bytes(served, MODEL) == 2 * 6 * MIB  # only the bad shard came again, to each
+    restamp = (
+        "import json, os; m = json.load(open('.acceldeploy-manifest.json')); "
+        f"st = os.stat('{name}'); "
+        f"m['files']['{name}'].update(mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns); "
+        "json.dump(m, open('.acceldeploy-manifest.json', 'w'))"
+    )
+    remote(second, f'{flip} && cd {directory} && python3 -c "{restamp}"')
+    run, served = converge(mirrors, model_weights_strategy="each")
+    assert run.ok, run.output
+    assert run.changed(second_name) == 0, run.stats
+    assert tree(second, f"{MODEL}@{mirrors['model_rev']}") != good  # the whole stamp matches
     run, served = converge(mirrors, model_weights_strategy="each", model_weights_verify="full")
     assert run.ok, run.output
     assert run.changed(second_name) >= 1 and run.changed(first_name) == 0, run.stats

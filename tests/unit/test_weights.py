@@ -279,14 +279,37 @@ def test_fetch_publish_then_nothing(tmp_path):
     assert again.action == "none" and again.rehashed_bytes == 0
 
 
-def test_flipped_byte_is_repaired_and_only_that_file_refetched(tmp_path):
+def flip_byte(path: Path, offset: int) -> None:
+    """Inverts the byte at ``offset`` in place (the file's size and inode stay)."""
+    with path.open("r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)[0]
+        fh.seek(offset)
+        fh.write(bytes([byte ^ 0xFF]))
+
+
+def put_mtime_back(path: Path, before: os.stat_result) -> None:
+    """Restores the mtime as ``cp -p`` or ``rsync -t`` would, and returns once the ctime has
+    left ``before``'s: utime(2) sets the ctime to the kernel's clock, which may still be in the
+    tick of the write ``before`` saw (a coarse clock ticks every 1-10 ms)."""
+    deadline = time.monotonic() + 5
+    while True:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        if path.stat().st_ctime_ns != before.st_ctime_ns or time.monotonic() > deadline:
+            break
+        time.sleep(0.002)
+    assert path.stat().st_ctime_ns != before.st_ctime_ns
+
+
+def test_flipped_byte_with_a_new_mtime_is_repaired_and_only_that_file_refetched(tmp_path):
     hub = FakeHub(dict(FILES))
     converge(tmp_path, hub)
     shard = tmp_path / f"org/model@{REV}/model.safetensors"
     config_inode = (tmp_path / f"org/model@{REV}/config.json").stat().st_ino
-    with shard.open("r+b") as fh:
-        fh.seek(100)
-        fh.write(bytes([fh.read(1)[0] ^ 0xFF]))
+    before = shard.stat()
+    flip_byte(shard, 100)
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns - 10**9))
+    assert shard.read_bytes() != FILES["model.safetensors"]
     hub.bytes = 0
     plan, result = converge(tmp_path, hub)
     assert plan.action == "repair" and "model.safetensors" in plan.bad
@@ -296,22 +319,57 @@ def test_flipped_byte_is_repaired_and_only_that_file_refetched(tmp_path):
     # Intact files were hard-linked into the new copy, not copied.
     assert (tmp_path / f"org/model@{REV}/config.json").stat().st_ino == config_inode
     assert not list((tmp_path / ".acceldeploy/trash").iterdir())
+    # The old copy's removal moved the reused files' ctime; the stamp was taken after it.
+    plan, result = converge(tmp_path, hub)
+    assert plan.action == "none" and not result["changed"]
 
 
-def test_same_mtime_corruption_needs_full(tmp_path):
+def test_write_with_the_mtime_put_back_is_caught_by_fast(tmp_path):
     hub = FakeHub(dict(FILES))
     converge(tmp_path, hub)
     shard = tmp_path / f"org/model@{REV}/model.safetensors"
-    st = shard.stat()
-    with shard.open("r+b") as fh:
-        fh.write(b"\x00\x00")
-    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    before = shard.stat()
+    flip_byte(shard, 100)
+    put_mtime_back(shard, before)
+    assert shard.stat().st_mtime_ns == before.st_mtime_ns
     request = HostRequest(root=tmp_path, models=[spec()], mode="hub")
     (fast,) = plan_host(request, lister=lambda s: listing())
-    assert fast.action == "none"
+    assert fast.action == "repair" and list(fast.bad) == ["model.safetensors"]
+    assert fast.rehashed_bytes == len(FILES["model.safetensors"])
+
+
+def test_a_change_that_kept_the_whole_stamp_needs_full(tmp_path):
+    """What fast cannot see: a write in the same clock tick as the stamp, or a change below the
+    filesystem. The manifest is re-stamped after the flip to stand for it."""
+    hub = FakeHub(dict(FILES))
+    converge(tmp_path, hub)
+    published = tmp_path / f"org/model@{REV}"
+    flip_byte(published / "model.safetensors", 100)
+    manifest_path = published / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    st = (published / "model.safetensors").stat()
+    manifest["files"]["model.safetensors"].update(mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
+    manifest_path.write_text(json.dumps(manifest))
+    request = HostRequest(root=tmp_path, models=[spec()], mode="hub")
+    (fast,) = plan_host(request, lister=lambda s: listing())
+    assert fast.action == "none" and fast.rehashed_bytes == 0
     request.verify = "full"
     (full,) = plan_host(request, lister=lambda s: listing())
-    assert full.action == "repair" and full.rehashed_bytes == sum(len(v) for v in FILES.values())
+    assert full.action == "repair" and list(full.bad) == ["model.safetensors"]
+    assert full.rehashed_bytes == sum(len(v) for v in FILES.values())
+
+
+def test_a_manifest_without_ctime_is_still_trusted_by_fast(tmp_path):
+    hub = FakeHub(dict(FILES))
+    converge(tmp_path, hub)
+    manifest_path = tmp_path / f"org/model@{REV}" / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    for entry in manifest["files"].values():
+        assert entry.pop("ctime_ns")
+    manifest_path.write_text(json.dumps(manifest))
+    request = HostRequest(root=tmp_path, models=[spec()], mode="hub")
+    (fast,) = plan_host(request, lister=lambda s: listing())
+    assert fast.action == "none" and fast.rehashed_bytes == 0
 
 
 def test_touched_intact_file_is_restamped_not_refetched(tmp_path):

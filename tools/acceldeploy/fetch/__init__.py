@@ -11,13 +11,14 @@ to Python 3.9 (fetch/ruff.toml). The controller imports the same files as ``acce
 On a host, for a models root R and a model ``org/name`` at revision ``rev``:
 
     R/org/name@rev/                            the published model (what vLLM reads)
-    R/org/name@rev/.acceldeploy-manifest.json  size, mtime, hub hash of every file
+    R/org/name@rev/.acceldeploy-manifest.json  stamp and hub hash of every file
     R/.acceldeploy/staging/org/name@rev/       downloads in progress (kept for resume)
     R/.acceldeploy/progress/org/name@rev.json  progress of the running download
     R/.acceldeploy/locks/                      one flock per model
     R/.acceldeploy/run/                        the seed server's pid file and log
 
-A later run re-hashes nothing whose size and mtime match the manifest (``verify: fast``);
+A later run re-hashes nothing whose stamp (size, mtime, ctime, inode) matches the manifest
+(``verify: fast``);
 ``verify: full`` re-hashes every file.
 
 - ``common``: the model spec, hub listings, hashes, the on-disk layout;

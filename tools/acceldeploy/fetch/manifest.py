@@ -54,7 +54,12 @@ def write_manifest(directory: Path, listing: Listing, spec: ModelSpec) -> dict[s
     files: dict[str, Any] = {}
     for f in listing.files:
         st = (directory / f.path).stat()
-        entry: dict[str, Any] = {"size": f.size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+        entry: dict[str, Any] = {
+            "size": f.size,
+            "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns,
+            "ino": st.st_ino,
+        }
         if f.sha256:
             entry["sha256"] = f.sha256
         if f.sha1_git:
@@ -95,12 +100,16 @@ class LocalCheck:
 
 
 def _same_stat(st: os.stat_result, entry: Mapping[str, Any]) -> bool:
-    """Size, mtime and inode as the manifest recorded them: a rewritten or replaced file has
-    moved at least one of them (a byte flipped in place with the mtime put back has not:
-    ``verify: full`` finds that)."""
+    """Size, mtime, ctime and inode as the manifest recorded them. A rewritten or replaced file
+    has moved at least one of them, and so has a write whose mtime was put back (``cp -p``,
+    ``rsync -t``, ``touch -r``): utime(2) cannot set the ctime. What keeps all four is a write
+    within the same tick of the kernel's coarse clock as the stamp, or a change made below the
+    filesystem (the disk, a restored block device): ``verify: full`` finds those. Manifests
+    written before the ctime was recorded are read without it."""
     return (
         st.st_size == entry.get("size")
         and st.st_mtime_ns == entry.get("mtime_ns")
+        and st.st_ctime_ns == entry.get("ctime_ns", st.st_ctime_ns)
         and st.st_ino == entry.get("ino", st.st_ino)
     )
 
@@ -113,8 +122,9 @@ def check_published(
 ) -> LocalCheck:
     """Which files of the published copy can be trusted.
 
-    ``fast``: a file whose size and mtime match the manifest is trusted without reading it; one
-    that differs is re-hashed (a touched but intact file is kept and its mtime re-recorded).
+    ``fast``: a file whose stamp (size, mtime, ctime, inode) matches the manifest is trusted
+    without reading it; one that differs is re-hashed (a touched but intact file is kept and its
+    stamp re-recorded).
     ``full``: every file is re-hashed. Against ``expected`` (the hub's listing), only files whose
     hub hash equals the manifest's count.
     """

@@ -89,7 +89,7 @@ def decide(spec: ModelSpec, local: LocalCheck, listing: Listing | None, staging:
     elif fetch:
         action, reason = "repair", f"{len(fetch)} file(s) bad or missing"
     elif local.restamp:
-        action, reason = "restamp", "intact files with new mtimes"
+        action, reason = "restamp", "intact files with new stamps"
     else:
         action, reason = "none", "published and verified"
     if action in ("none", "restamp"):

@@ -135,6 +135,9 @@ def converge_model(
         fetched_bytes = max(staging_bytes(staging) - before, 0)
         write_manifest(staging, listing, spec)
         how = publish(staging, published, layout)
+        # The old copy's names are gone now, and with them a link of every reused file: their
+        # ctime moved after the stamp in staging.
+        write_manifest(published, listing, spec)
         result.update(
             changed=True,
             published=str(published),

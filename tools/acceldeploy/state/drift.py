@@ -3,8 +3,8 @@ cheap comparison that lets a rerun with nothing to change skip the role's tasks.
 
 A record (``/var/lib/acceldeploy/state/<role>.json``, 0600) holds the key of the inputs the
 role converged from (``state_key``: the role's input variables and a digest of acceldeploy's
-own code), what to observe (``Spec``: small files by content, directory trees by size and
-mtime, systemd units by state) and what was observed. A rerun observes the same things and
+own code), what to observe (``Spec``: small files by content, directory trees by size,
+mtime and ctime, systemd units by state) and what was observed. A rerun observes the same things and
 compares: any difference, or another key, is drift and the role runs in full (and records
 again when it is done). Runs on the host inside the ``acceldeploy_state`` module (Python
 3.9+), and on the controller for the key.
@@ -73,7 +73,8 @@ def _file_state(path: str) -> str | None:
 
 
 def _tree_state(root: str) -> dict[str, list[int]] | None:
-    """Every regular file and symlink under ``root``: [size, mtime_ns] by relative path."""
+    """Every regular file and symlink under ``root``: [size, mtime_ns, ctime_ns] by relative
+    path (the fast weights check's stamp, so that a write whose mtime was put back is seen)."""
     if not os.path.isdir(root):
         return None
     found: dict[str, list[int]] = {}
@@ -82,7 +83,7 @@ def _tree_state(root: str) -> dict[str, list[int]] | None:
         for name in names:
             path = os.path.join(parent, name)
             info = os.lstat(path)
-            found[os.path.relpath(path, root)] = [info.st_size, info.st_mtime_ns]
+            found[os.path.relpath(path, root)] = [info.st_size, info.st_mtime_ns, info.st_ctime_ns]
     return found
 
 
