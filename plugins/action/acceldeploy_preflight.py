@@ -191,7 +191,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 "role_name": f"acceldeploy.fleet.{role}"}  # fmt: skip
 
     def _fail(self, host: str, messages: list[str]) -> None:
-        self._errors.setdefault(host, []).extend(secrets.mask(str(m)) for m in messages)
+        known = self._errors.setdefault(host, [])
+        known.extend(
+            m for m in dict.fromkeys(secrets.mask(str(m)) for m in messages) if m not in known
+        )
 
     def _names_pass(self, host: str) -> bool:
         scope = {**self._raw(host), **self._run, "hostvars": self._hostvars}

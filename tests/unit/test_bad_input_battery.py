@@ -226,6 +226,12 @@ CASES = [
         "env.VLLM_SERVER_DEV_MODE", host="0.0.0.0", env={"VLLM_SERVER_DEV_MODE": "1"}),
     svc("s-mm-modality", "acceldeploy_services[0] (qwen3-vl).limit_mm_per_prompt.imagez",
         limit_mm_per_prompt={"imagez": 2}),
+    # third round: the newest features' inputs
+    Case("s-string-item", "services", "acceldeploy_services[0] must be a mapping, got 'qwen3-vl'",
+         {"acceldeploy_services": ["qwen3-vl"]}),
+    Case("serves-word", "names",
+         "acceldeploy_serves must be true or false (a YAML boolean, unquoted), got 'yes'",
+         {"acceldeploy_serves": "yes"}),
 ]  # fmt: skip
 
 
@@ -279,8 +285,8 @@ def test_refused_in_preflight_naming_the_variable(case: Case, tmp: str) -> None:
     ]
     assert len(failed) == 1, f"{case.id} was not refused: {stats}"
     assert case.named in failed[0], failed[0]
-    for word in ("_AnsibleTagged", "_AnsibleLazy", "Traceback"):
-        assert word not in failed[0]
+    for word in ("_AnsibleTagged", "_AnsibleLazy", "Traceback", "has no attribute", "plugin"):
+        assert word not in failed[0], failed[0]
     assert "sk-planted" not in json.dumps(data)
 
 
@@ -337,6 +343,28 @@ def test_multi_node_mistakes_are_refused_in_preflight(
     if limit:
         assert set(data["stats"]) == {limit}
         assert "--limit npu-01,npu-02" in failed[0], failed[0]
+
+
+def test_nodes_on_different_stacks_are_refused_naming_the_variable_and_both(
+    tmp_path: Path,
+) -> None:
+    inventory = two_node_inventory(tmp_path, {})
+    hosts_file = inventory / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    hosts["all"]["children"]["ascend"]["hosts"]["npu-02"]["acceldeploy_stack"] = (
+        "ascend-vllm-0.13.0"
+    )
+    hosts_file.write_text(yaml.safe_dump(hosts))
+    returncode, data = playbook_report(inventory, "playbooks/preflight.yml")
+    assert returncode != 0
+    assert all(s["unreachable"] == 0 and s["changed"] == 0 for s in data["stats"].values())
+    failed = [str(result.get("msg", "")) for play in data["plays"] for task in play["tasks"]
+              for result in task["hosts"].values() if result.get("failed")]  # fmt: skip
+    assert any(
+        "the nodes disagree on acceldeploy_stack: npu-01 has 'ascend-vllm-0.12.0rc1', npu-02 "
+        "has 'ascend-vllm-0.13.0'" in m
+        for m in failed
+    ), failed
 
 
 CLI_CASES = [

@@ -176,7 +176,18 @@ def test_nodes_that_disagree_stop_in_preflight(change, says):
 
 def test_different_pins_stop_in_preflight():
     errors = hostplan.group_errors(views(inventory(ASCEND)), {"npu-01": "aaa", "npu-02": "bbb"})
-    assert errors and "disagree on the stack" in errors[0], errors
+    assert errors and "disagree on the environment its python_env_* variables build" in errors[0]
+
+
+def test_different_stacks_are_named_with_the_variable_and_both_values():
+    hosts = copy.deepcopy(hosts_vars(ASCEND))
+    hosts["npu-02"]["acceldeploy_stack"] = "ascend-vllm-0.13.0"
+    found = views(hostplan.with_node_ips(hosts))
+    (error,) = hostplan.group_errors(found, {"npu-01": "aaa", "npu-02": "bbb"})
+    assert (
+        "the nodes disagree on acceldeploy_stack: npu-01 has 'ascend-vllm-0.12.0rc1', "
+        "npu-02 has 'ascend-vllm-0.13.0'" in error
+    ), error
 
 
 def test_a_node_address_must_be_an_ip():
@@ -247,7 +258,7 @@ def test_preflight_stops_a_group_whose_pins_differ_before_any_host_is_contacted(
     stats, failed = preflight_failures(path)
     assert all(s["unreachable"] == 0 and s["changed"] == 0 for s in stats.values()), stats
     (message,) = failed
-    assert "disagree on the stack (python_env_* and the pins): b1 has" in message, message
+    assert "disagree on the environment its python_env_* variables build (key): b1 has" in message
     assert "a1" not in message and "a2" not in message
 
 

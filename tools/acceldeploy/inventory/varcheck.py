@@ -44,8 +44,9 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
     # A node of a multi-node service: its address on the network the nodes share
     # (serving/cluster.py).
     "acceldeploy_node_ip": {"type": "str"},
-    # A gateway or monitor host that serves models as well (acceldeploy.inventory.groups).
-    "acceldeploy_serves": {"type": "bool"},
+    # A gateway or monitor host that serves models as well (acceldeploy.inventory.groups):
+    # read as Python, where the string "yes" would be silently false.
+    "acceldeploy_serves": {"type": "yaml_bool"},
     # serve: a failed host also rolls back the hosts an earlier batch of the run switched.
     "acceldeploy_rollback_all": {"type": "bool"},
     # tools/bench.py and tools/tune.py: the inventory's own bench profiles (bench/profiles.py
@@ -86,6 +87,7 @@ KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "str": ("a string", lambda v: isinstance(v, str | int | float) and not isinstance(v, bool)),
     "path": ("a path", lambda v: isinstance(v, str)),
     "bool": ("true or false", lambda v: isinstance(v, bool) or str(v).lower() in BOOLEAN_WORDS),
+    "yaml_bool": ("true or false (a YAML boolean, unquoted)", lambda v: isinstance(v, bool)),
     "int": ("a whole number", lambda v: not isinstance(v, bool) and _is(int, v)),
     "float": ("a number", lambda v: not isinstance(v, bool) and _is(float, v)),
     "list": ("a list", lambda v: isinstance(v, list)),

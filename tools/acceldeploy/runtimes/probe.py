@@ -102,9 +102,11 @@ def device_node_errors(probe: dict[str, Any], nodes: list[str], hint: str) -> li
 
 
 def service_devices(services: list[dict[str, Any]] | None) -> list[int]:
-    """Every device id the services use, sorted, once each."""
+    """Every device id the services use, sorted, once each. A service or a device id of the
+    wrong shape is skipped: the services' own check (serving.service) refuses it, naming it."""
     devices: set[int] = set()
     for service in services or []:
-        for device in service.get("devices") or []:
-            devices.add(int(device))
+        if not isinstance(service, dict) or not isinstance(service.get("devices"), list):
+            continue
+        devices.update(d for d in service["devices"] if isinstance(d, int) and d >= 0)
     return sorted(devices)

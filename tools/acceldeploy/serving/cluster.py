@@ -275,11 +275,13 @@ def _shared(service: Service) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
 
-def node_view(platform: str, pins: str, services: list[Service]) -> dict[str, Any]:
+def node_view(platform: str, pins: str, services: list[Service], stack: str = "") -> dict[str, Any]:
     """What check_groups needs of one host, as plain data (Ansible carries it between hosts):
-    its platform, stack pins and every multi-node service with the keys the nodes share."""
+    its platform, stack (name and environment pins) and every multi-node service with the keys
+    the nodes share."""
     return {
         "platform": platform,
+        "stack": stack,
         "pins": pins,
         "services": {
             s.name: {"where": s.where, "devices": len(s.devices), **_shared(s)}
@@ -343,9 +345,14 @@ def _check_group(host: str, name: str, views: Mapping[str, Mapping[str, Any]]) -
             continue
         pairs = [
             ("acceldeploy_platform", views[host]["platform"], view["platform"]),
-            ("the stack (python_env_* and the pins)", views[host]["pins"], view["pins"]),
+            ("acceldeploy_stack", views[host].get("stack"), view.get("stack")),
             *((f"{where}.{key}", mine[key], theirs[key]) for key in ("devices", *SHARED)),
         ]
+        if views[host].get("stack") == view.get("stack"):  # else the pins differ as well
+            pairs.append(
+                ("the environment its python_env_* variables build (key)", views[host]["pins"],
+                 view["pins"])
+            )  # fmt: skip
         for key, a, b in pairs:
             if a != b:
                 errors.append(

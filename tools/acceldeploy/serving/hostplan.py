@@ -162,7 +162,7 @@ def service_nodes(services: Any) -> list[str]:
 def node_view(hostvars: Mapping[str, Any]) -> dict[str, Any]:
     """The host's part in check_groups (its multi-node services), from its variables."""
     plan = host_plan(hostvars)
-    return cluster.node_view(plan.platform.name, "", plan.services)
+    return cluster.node_view(plan.platform.name, "", plan.services, plan.platform.stack)
 
 
 def group_errors(views: Mapping[str, Mapping[str, Any]], pins: Mapping[str, str]) -> list[str]:
