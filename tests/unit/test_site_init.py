@@ -154,7 +154,7 @@ def test_init_writes_an_inventory_that_plan_render_reads(
     assert main(["plan", "render", "-i", str(tmp_path / "demo"), "--host", "npu-02"]) == 0
     assert "--tensor-parallel-size 2" in capsys.readouterr().out
     assert init(tmp_path, monkeypatch, tools, "--model", "Qwen/Qwen3-VL-32B-Instruct") == 2
-    assert "exists; pick another site name, or --force" in capsys.readouterr().err
+    assert "exists; pick another site name or --out, or --force" in capsys.readouterr().err
 
 
 def test_refusals_write_nothing(
@@ -166,8 +166,55 @@ def test_refusals_write_nothing(
     for tools, extra, said in (
         (None, ["--vars", str(site)], "acceldeploy_platform is init's to write"),
         (None, ["--name", "Bad_Name"], "--name 'Bad_Name'"),
-        (gaudi, [], "--model m/x is not in the catalog"),
+        (gaudi, ["--platform", "gaudi"], "--model m/x is not in the catalog"),
     ):
         assert init(tmp_path, monkeypatch, tools, "--model", "m/x", *extra) == 2
         assert said in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
+
+
+def never(argv: Sequence[str], stdin: str) -> tuple[int, str, str]:
+    raise AssertionError(f"a host was contacted: {argv}")
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--model", "m/x"], "--model m/x is not in the catalog"),
+        (["--model", "m/x", "--platform", "ascend"], "--model m/x is not in the catalog"),
+        (["--vars", "BINARY"], "not a text file (byte 0 is not UTF-8)"),
+        (["--vars", "BROKEN"], "--vars "),
+        (["--key", "/nonexistent/id_ed25519"], "--key /nonexistent/id_ed25519: no such file"),
+        (["--out", "EXISTING"], "exists; pick another site name or --out, or --force"),
+    ],
+    ids=["model-outside-catalog", "model-outside-catalog-ascend", "binary-vars", "broken-vars",
+         "missing-key", "existing-out"],
+)  # fmt: skip
+def test_what_the_controller_can_check_is_refused_before_any_host_is_contacted(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    said: str,
+) -> None:
+    (tmp_path / "BINARY").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1\x00\x00")  # an .xls
+    (tmp_path / "BROKEN").write_text("a: [1, 2\n")
+    (tmp_path / "EXISTING").mkdir()
+    extra = [str(tmp_path / a) if a in ("BINARY", "BROKEN", "EXISTING") else a for a in extra]
+    if "--model" not in extra:
+        extra = ["--model", "Qwen/Qwen3-VL-32B-Instruct", *extra]
+    monkeypatch.setattr(probe, "run_ssh", never)
+    argv = ["init", "demo", "-H", "npu-01=127.0.0.1:2299", "--out", str(tmp_path / "demo")]
+    assert main([*argv, *extra]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_platform_the_hosts_do_not_report_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tools = fake_tool(tmp_path / "bin", "npu-smi", "npu-smi-info-910b1-x8.txt")
+    assert init(tmp_path, monkeypatch, tools, "--model", "Qwen/Qwen3-VL-32B-Instruct",
+                "--platform", "gaudi") == 2  # fmt: skip
+    assert "--platform gaudi: the hosts report ascend" in capsys.readouterr().err
     assert not (tmp_path / "demo").exists()

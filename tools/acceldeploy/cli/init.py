@@ -48,18 +48,31 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
     parser.add_argument("--models-root", default=DEFAULT_MODELS_ROOT,
                         help="where the hosts keep the weights (default %(default)s)")  # fmt: skip
     parser.add_argument("--force", action="store_true", help="replace an existing directory")
+    parser.add_argument("--platform", choices=draft.PLATFORMS,
+                        help="the platform every host must report (default: what they report); "
+                        "--platform cpu lets --model be a model outside the catalog")  # fmt: skip
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
+    """Everything the controller can check is checked before the first connection."""
     out: Path = args.out or Path("inventory") / args.site
+    if out.exists() and not args.force:
+        raise AcceldeployError(
+            f"--out {out} exists; pick another site name or --out, or --force to replace it"
+        )
     overrides, site_vars = draft.split_vars(_read_vars(args.vars), str(args.vars))
-    key = str(Path(args.key).expanduser().resolve()) if args.key else ""
+    key = _key_file(args.key)
     connection = draft.Connection(args.user, key, args.ssh_args)
     targets = [probe.Target.parse(t) for t in args.hosts.split(",") if t.strip()]
     names = [t.name for t in targets]
     if len(set(names)) != len(names) or not targets:
         raise AcceldeployError(f"-H {args.hosts}: give each host once, with a name of its own")
+    spec = draft.first_spec(
+        args.model, args.name or draft.service_name(args.model), args.source, args.revision,
+        overrides,
+    )  # fmt: skip
+    draft.check_model(str(spec["model"]), args.platform)
     reports = []
     for target in targets:
         print(f"probing {target.name} ({target.address}:{target.port}) ...", file=sys.stderr)
@@ -67,11 +80,7 @@ def run(args: argparse.Namespace) -> int:
     refusals = [e for r in reports for e in r.errors]
     if refusals:
         raise AcceldeployError("nothing written:\n  " + "\n  ".join(refusals))
-    platform = draft.site_platform(reports)
-    spec = draft.first_spec(
-        args.model, args.name or draft.service_name(args.model), args.source, args.revision,
-        overrides,
-    )  # fmt: skip
+    platform = draft.site_platform(reports, args.platform)
     hosts = {r.target.name: draft.host_vars(r, connection) for r in reports}
     every = {name: {**site_vars, **values} for name, values in hosts.items()}
     sized = draft.size_service(reports, platform, spec, args.models_root, every)
@@ -96,5 +105,19 @@ def _read_vars(path: Path | None) -> Any:
         return None
     try:
         return yaml.safe_load(path.read_text())
+    except UnicodeDecodeError as exc:
+        raise AcceldeployError(
+            f"--vars {path}: not a text file (byte {exc.start} is not UTF-8); give a YAML file "
+            "of site variables"
+        ) from exc
     except (OSError, yaml.YAMLError) as exc:
-        raise AcceldeployError(f"--vars {path}: {exc}") from exc
+        raise AcceldeployError(f"--vars {path}: {' '.join(str(exc).split())}") from exc
+
+
+def _key_file(key: str) -> str:
+    if not key:
+        return ""
+    path = Path(key).expanduser().resolve()
+    if not path.is_file():
+        raise AcceldeployError(f"--key {key}: no such file; give the SSH private key's path")
+    return str(path)

@@ -15,13 +15,14 @@ from typing import Any
 import jinja2
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.planner import catalog
+from acceldeploy.planner import catalog, platforms
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.siteinit.probe import PYTHON, HostReport
 
 DEFAULT_REVISION = {"hf": "main", "modelscope": "master"}
 FIRST_PORT = 8000
 SERVICE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
+PLATFORMS = tuple(platforms.platform_names())
 
 
 @dataclass(frozen=True)
@@ -44,16 +45,33 @@ def service_name(model: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", base).strip("-")[:48] or "model"
 
 
-def site_platform(reports: Sequence[HostReport]) -> str:
-    platforms = {r.platform for r in reports}
-    if len(platforms) > 1:
-        found = ", ".join(f"{r.target.name} {r.platform}" for r in reports)
+def check_model(model: str, platform: str | None) -> None:
+    """Before any host is probed: init sizes catalog models; outside it, only on CPU."""
+    if platform == "cpu" or catalog.find(model) is not None:
+        return
+    raise AcceldeployError(
+        f"--model {model} is not in the catalog (acceldeploy plan catalog): init sizes only "
+        "catalog models on ascend and gaudi hosts; pick one, write the service by hand "
+        "(docs/reference/inventory.md), or on CPU hosts add --platform cpu"
+    )
+
+
+def site_platform(reports: Sequence[HostReport], expected: str | None = None) -> str:
+    found = {r.platform for r in reports}
+    if len(found) > 1:
+        named = ", ".join(f"{r.target.name} {r.platform}" for r in reports)
         raise AcceldeployError(
-            f"the hosts are of different platforms ({found}): a site from init is one "
+            f"the hosts are of different platforms ({named}): a site from init is one "
             "platform; run init once per platform with its hosts (each writes its own "
             "inventory directory)"
         )
-    return platforms.pop()
+    platform = found.pop()
+    if expected and platform != expected:
+        raise AcceldeployError(
+            f"--platform {expected}: the hosts report {platform}; drop --platform, or probe "
+            f"{expected} hosts"
+        )
+    return platform
 
 
 def size_service(
