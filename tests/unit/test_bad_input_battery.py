@@ -367,6 +367,20 @@ def test_nodes_on_different_stacks_are_refused_naming_the_variable_and_both(
     ), failed
 
 
+def test_removing_a_service_no_host_runs_is_refused_before_contact(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"npu-01": host_vars(CASES[0])}}}))
+    returncode, data = playbook_report(
+        inventory, "playbooks/remove.yml", "-e", "acceldeploy_remove_service=qwen3-v1"
+    )
+    assert returncode != 0
+    assert all(s["unreachable"] == 0 and s["changed"] == 0 for s in data["stats"].values())
+    failed = [str(result.get("msg", "")) for play in data["plays"] for task in play["tasks"]
+              for result in task["hosts"].values() if result.get("failed")]  # fmt: skip
+    assert len(failed) == 1 and "no host of the inventory runs 'qwen3-v1'" in failed[0], failed
+    assert "-e acceldeploy_remove_dropped=true" in failed[0]
+
+
 CLI_CASES = [
     ("plan.py", ["kv", "--model", "Qwen/Qwen3-8B", "--tp", "0", "--platform", "cpu"], "--tp"),
     ("plan.py", ["kv", "--model", "Qwen/Qwen3-8B", "--block-size", "-16"], "--block-size"),

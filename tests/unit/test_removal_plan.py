@@ -81,9 +81,27 @@ def test_shared_storage_leaves_the_models_to_the_model_choice() -> None:
 
 
 def test_a_service_the_inventory_no_longer_lists_is_looked_for_on_every_host() -> None:
-    removal = plan({"service": "old"}, fleet(lab1=host(svc("a")), lab2=host()), {})
-    assert set(removal.hosts) == {"lab1", "lab2"}
-    assert removal.hosts["lab1"].models == [] and removal.hosts["lab2"].envs
+    views = fleet(lab1=host(svc("a")), lab2=host())
+    for dropped in (True, "true", "yes"):
+        removal = plan({"service": "old", "dropped": dropped}, views, {})
+        assert set(removal.hosts) == {"lab1", "lab2"}
+        assert removal.hosts["lab1"].models == [] and removal.hosts["lab2"].envs
+
+
+def test_a_name_no_host_runs_is_refused_unless_said_dropped() -> None:
+    views = fleet(lab1=host(svc("qwen3-vl")), lab2=host())
+    with pytest.raises(AcceldeployError) as refused:
+        plan({"service": "qwn3-vl"}, views, {})
+    assert str(refused.value) == (
+        "acceldeploy_remove_service: no host of the inventory runs 'qwn3-vl' (did you mean "
+        "'qwen3-vl'?); its services: qwen3-vl. If you took qwn3-vl out of the inventory "
+        "already, add -e acceldeploy_remove_dropped=true to look for it on every serving host "
+        "(lab1, lab2)"
+    )
+    with pytest.raises(AcceldeployError, match="acceldeploy_remove_dropped must be true or false"):
+        plan({"service": "qwn3-vl", "dropped": "perhaps"}, views, {})
+    with pytest.raises(AcceldeployError, match="goes with acceldeploy_remove_service only"):
+        plan({"host": "lab2", "dropped": True}, views, {})
 
 
 def test_a_service_name_is_checked() -> None:
@@ -156,10 +174,12 @@ def test_a_gateway_that_serves_as_well_loses_a_service_but_is_not_removed() -> N
     with pytest.raises(AcceldeployError, match="lab1 is in the gateways group"):
         removal_plan({"host": "lab1"}, hostvars, groups)
     idle = {**gateway, "acceldeploy_serves": False}
-    # A gateway that does not serve runs no unit to remove: the name is looked for elsewhere.
-    assert list(removal_plan({"service": "b"}, {**hostvars, "lab1": idle}, groups)["hosts"]) == [
-        "lab2"
-    ]
+    # A gateway that does not serve runs no unit to remove: no serving host runs b, and when
+    # said dropped, it is looked for on the serving hosts.
+    with pytest.raises(AcceldeployError, match="no host of the inventory runs 'b'"):
+        removal_plan({"service": "b"}, {**hostvars, "lab1": idle}, groups)
+    dropped = removal_plan({"service": "b", "dropped": "true"}, {**hostvars, "lab1": idle}, groups)
+    assert list(dropped["hosts"]) == ["lab2"]
 
 
 def test_one_systemctl_show_names_the_loaded_units_of_remove_host() -> None:

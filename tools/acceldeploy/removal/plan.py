@@ -11,6 +11,7 @@ service of the inventory serves.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -30,6 +31,8 @@ CHOICES = {
     "model": "acceldeploy_remove_model",
     "host": "acceldeploy_remove_host",
 }
+# A service already taken out of the inventory: looked for on every serving host.
+DROPPED = "acceldeploy_remove_dropped"
 NODE_PREFIXES = ("", RAY_UNIT_PREFIX, DP_UNIT_PREFIX, NNODES_UNIT_PREFIX)
 # What a serving host runs for the monitor (roles/monitor/tasks/node.yml): it goes with the host.
 MONITOR_UNITS = ("acceldeploy-service-memory.service", "prometheus-node-exporter.service")
@@ -89,6 +92,18 @@ class Removal:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _flag(name: str, given: Any) -> bool:
+    """A true/false extra variable (-e NAME=true arrives as a string)."""
+    if isinstance(given, bool):
+        return given
+    word = str(given or "").strip().lower()
+    if word in ("", "false", "no", "0"):
+        return False
+    if word in ("true", "yes", "1"):
+        return True
+    raise AcceldeployError(f"{name} must be true or false, got {given!r}")
 
 
 def choose(values: Mapping[str, Any]) -> tuple[str, str]:
@@ -187,14 +202,23 @@ class _Fleet:
         )  # fmt: skip
 
 
-def _remove_service(fleet: _Fleet, name: str) -> Removal:
+def _remove_service(fleet: _Fleet, name: str, dropped: bool) -> Removal:
     if not NAME_RE.match(name):
         raise AcceldeployError(
             f"acceldeploy_remove_service: {name!r} is no service name (lowercase letters, "
             "digits, dots, dashes and underscores)"
         )
     listed = [h for h, v in fleet.views.items() if any(s.get("name") == name for s in _services(v))]
-    # Already dropped from the inventory: wherever its files are, on every serving host.
+    if not listed and not dropped:
+        known = sorted({str(s.get("name")) for v in fleet.views.values() for s in _services(v)})
+        close = difflib.get_close_matches(name, known, n=1)
+        raise AcceldeployError(
+            f"acceldeploy_remove_service: no host of the inventory runs {name!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; its services: {', '.join(known) or 'none'}. If you took {name} out of the "
+            f"inventory already, add -e {DROPPED}=true to look for it on every serving host "
+            f"({', '.join(fleet.views) or 'none'})"
+        )
     hosts = listed or list(fleet.views)
     remaining = {
         h: [s for s in _services(v) if s.get("name") != name] for h, v in fleet.views.items()
@@ -282,7 +306,11 @@ def plan(
 ) -> Removal:
     """choice: {service|model|host: the variable's value}; views: {serving host: its
     HOST_VARS}; others: {gateway or monitor host: its group}."""
+    choice = dict(choice)
+    dropped = _flag(DROPPED, choice.pop("dropped", False))
     kind, target = choose(choice)
+    if dropped and kind != "service":
+        raise AcceldeployError(f"{DROPPED} goes with acceldeploy_remove_service only")
     hosts = {str(h): dict(v) for h, v in views.items()}
     fleet = _Fleet(
         views=hosts,
@@ -290,7 +318,7 @@ def plan(
         shared=any(bool(value(v, "model_weights_shared_storage")) for v in hosts.values()),
     )
     if kind == "service":
-        return _remove_service(fleet, target)
+        return _remove_service(fleet, target, dropped)
     if kind == "model":
         return _remove_model(fleet, target)
     return _remove_host(fleet, target, others)
