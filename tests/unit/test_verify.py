@@ -153,4 +153,4 @@ def test_verify_checks_the_stack_a_run_deployed_with_minus_e():
     with pytest.raises(
         AcceldeployError, match=r"--stack nowhere=cpu-vllm-0\.32\.0: nowhere is not"
     ):
-        runner.run(str(ROOT / "inventory" / "lab"), "all", options)
+        runner.run(str(ROOT / "inventory/examples/ascend-910b"), "all", options)
