@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from acceldeploy.gateway import plan
+from acceldeploy.gateway import certificate, plan
 from acceldeploy.inventory.ansible_adapter import filters, plain
 
 
@@ -48,6 +48,19 @@ def gateway_backend_keys(
     return plan.backend_keys(_serving(services, platforms, addresses))
 
 
+def gateway_certificate_probe(path: str) -> str:
+    """gateway_tls_certificate | gateway_certificate_probe: the read-only shell of preflight."""
+    return certificate.probe(str(path))
+
+
+def gateway_certificate_errors(stdout: str, path: str, host: str) -> list[str]:
+    """probe stdout | gateway_certificate_errors(gateway_tls_certificate, inventory_hostname)"""
+    return certificate.errors(str(stdout or ""), str(path), str(host))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return filters(gateway_plan, gateway_backend_keys)
+        return filters(
+            gateway_plan, gateway_backend_keys, gateway_certificate_probe,
+            gateway_certificate_errors,
+        )  # fmt: skip
