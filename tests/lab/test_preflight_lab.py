@@ -51,6 +51,7 @@ def test_offline_with_an_empty_cache_stops_in_preflight_naming_what_is_missing(t
     plays = [str((p.get("play") or {}).get("name") or "") for p in run.data.get("plays") or []]
     assert plays == [
         "Preflight - check the inventory before changing any host",
+        "Preflight - the gateways' TLS certificate (read-only)",
         "Preflight - first contact with each host, then the controller's downloads",
     ], plays
     failed = [str(r.get("msg", "")) for _, _, r in run.iter_results() if r.get("failed")]

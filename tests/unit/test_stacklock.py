@@ -426,6 +426,7 @@ def test_preflight_refuses_at_first_contact_before_any_change(tmp_path: Path) ->
     # The inventory's checks passed (no host contacted there), then the first contact refused.
     assert [p["play"]["name"] for p in data["plays"]] == [
         "Preflight - check the inventory before changing any host",
+        "Preflight - the gateways' TLS certificate (read-only)",
         "Preflight - first contact with each host, then the controller's downloads",
     ]
     assert all(s["changed"] == 0 and s["unreachable"] == 0 for s in data["stats"].values())
