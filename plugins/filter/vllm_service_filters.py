@@ -14,6 +14,7 @@ from ansible.errors import AnsibleFilterError
 from acceldeploy.downloads import weights
 from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.inventory.ansible_adapter import plain
+from acceldeploy.serving import crash
 from acceldeploy.serving.unit import unit_files
 from acceldeploy.state import prune, switch
 
@@ -237,8 +238,10 @@ def vllm_service_failure_report(
     earlier batch already switched and, with acceldeploy_rollback_all, what putting those back
     did ([switched service, what it said, its /health status]); and what putting back the
     group's other nodes said ([peer unit, what it said])."""
-    lines = [f"{failure.get('cause', 'failed')}. The rollout stops here; hosts after "
-             f"{host} are untouched."]  # fmt: skip
+    journal = [str(line) for line in failure.get("journal") or []]
+    died = crash.fatal_error(journal)
+    lines = [f"{failure.get('cause', 'failed')}{'; ' + died if died else ''}. The rollout stops "
+             f"here; hosts after {host} are untouched."]  # fmt: skip
     back = [str(name) for name, status in health.items() if status == 200]
     down = [str(name) for name, status in health.items() if status != 200]
     new = [str(name) for name in stopped]
@@ -270,7 +273,6 @@ def vllm_service_failure_report(
     if drained:
         lines.append(f"Out of the gateways' rotation (drained, not serving): "
                      f"{', '.join(str(d) for d in drained)} on {host}.")  # fmt: skip
-    journal = [str(line) for line in failure.get("journal") or []]
     if journal:
         lines.append("Journal: " + " | ".join(journal[-12:]))
     return " ".join(lines)

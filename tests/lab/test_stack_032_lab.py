@@ -38,6 +38,8 @@ from rollout import built_anything
 from test_gateway_rollout import Load, wait_all_up
 from test_site_bench import LAB_TOLERANCE, bench
 
+from acceldeploy_lab import cpuinfo
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SERVING, OLD, NEW = ("lab1", "lab2"), "cpu-vllm-0.12.0", "cpu-vllm-0.32.0"
@@ -86,6 +88,8 @@ def move(inventory: Path, label: str) -> tuple[PlaybookRun, Load, float]:
 
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[None]:
+    # The proof holds on the CPU it ran on: vLLM's CPU kernels choose their paths by its flags.
+    print(f"\n[stack 0.32] machine: {cpuinfo.summary()}", flush=True)
     lab_cli("up", "--hosts", "2", "--gateways", "1", "--monitors", "1")
     lab_cli("pin")  # each host on a core of its own, as on a fleet (acceldeploy_lab/cpupin.py)
     try:

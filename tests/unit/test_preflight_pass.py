@@ -100,3 +100,26 @@ def test_the_pass_hands_each_host_its_plan(tmp_path: Path) -> None:
     assert all("vllm serve" in line or "vllm" in line for line in lines)
     unreachable = {h for h, s in data["stats"].items() if s["unreachable"]}
     assert unreachable == {"lab1", "lab2"}
+
+
+def test_a_gateway_certificate_that_is_not_there_stops_the_run_before_any_change(
+    tmp_path: Path,
+) -> None:
+    """lab3, the gateway, reached with the local connection; the serving hosts at a closed
+    port: the inventory passes, then the gateways' first contact refuses the certificate and
+    the run ends there, before any serving host is contacted."""
+    missing = tmp_path / "certs/gateway.pem"
+    local = {"ansible_connection": "local", "gateway_tls_certificate": str(missing)}
+    code, data = run_preflight(fleet(tmp_path, lab3=local))
+    assert code != 0
+    assert [p["play"]["name"] for p in data["plays"]][-1] == (
+        "Preflight - the gateways' TLS certificate (read-only)"
+    )
+    assert all(s["changed"] == 0 and s["unreachable"] == 0 for s in data["stats"].values())
+    failed = [str(r.get("msg", "")) for play in data["plays"] for task in play["tasks"]
+              for r in task["hosts"].values() if r.get("failed")]  # fmt: skip
+    assert failed == [
+        f"gateway_tls_certificate {missing} on lab3: no such file; put the PEM (certificate, "
+        "chain and key) there before the run, or leave gateway_tls_certificate empty for no TLS"
+    ]
+    assert not missing.parent.exists()

@@ -43,6 +43,7 @@ def test_ascend_910b_qwen3_vl_32b_golden():
         "CPU_AFFINITY_CONF": "1",
         "HCCL_OP_EXPANSION_MODE": "AIV",
         "HF_HUB_OFFLINE": "1",
+        "PYTHONFAULTHANDLER": "1",
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
         "TASK_QUEUE_ENABLE": "2",
         "VLLM_ASCEND_ENABLE_NZ": "0",

@@ -53,6 +53,7 @@ Environment="CPU_AFFINITY_CONF=1"
 Environment="HCCL_OP_EXPANSION_MODE=AIV"
 Environment="HF_HUB_OFFLINE=1"
 Environment="HOME=/var/lib/acceldeploy-vllm/qwen3-vl"
+Environment="PYTHONFAULTHANDLER=1"
 Environment="PYTORCH_NPU_ALLOC_CONF=expandable_segments:True"
 Environment="TASK_QUEUE_ENABLE=2"
 Environment="VLLM_ASCEND_ENABLE_NZ=0"
@@ -206,6 +207,7 @@ def test_ascend_example_argv_and_env():
         "HCCL_OP_EXPANSION_MODE": "AIV",
         "HF_HUB_OFFLINE": "1",
         "HOME": "/var/lib/acceldeploy-vllm/qwen3-vl",
+        "PYTHONFAULTHANDLER": "1",
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
         "TASK_QUEUE_ENABLE": "2",
         "VLLM_ASCEND_ENABLE_NZ": "0",
@@ -232,6 +234,7 @@ def test_gaudi_example_argv_env_and_container():
         "HF_HUB_OFFLINE": "1",
         "HOME": "/var/lib/acceldeploy-vllm/qwen2-5-vl",
         "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+        "PYTHONFAULTHANDLER": "1",
         "PT_HPU_ENABLE_LAZY_COLLECTIVES": "true",
         "PT_HPU_LAZY_MODE": "1",
         "PT_HPU_RECIPE_CACHE_CONFIG": "/var/cache/acceldeploy-vllm/qwen2-5-vl/hpu-recipes,false,16384",
@@ -279,6 +282,7 @@ def test_lab_argv_env_and_directives():
     assert unit.env == {
         "HF_HUB_OFFLINE": "1",
         "HOME": "/var/lib/acceldeploy-vllm/qwen3-vl",
+        "PYTHONFAULTHANDLER": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_SERVER_DEV_MODE": "1",
         "XDG_CACHE_HOME": "/var/cache/acceldeploy-vllm/qwen3-vl",

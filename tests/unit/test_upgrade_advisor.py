@@ -48,7 +48,7 @@ def test_moving_the_lab_to_0_13_blocks_nothing(tmp_path: Path) -> None:
     assert ("version", "vLLM") in kinds and ("kv", "planner") in kinds, found
     assert not [f for f in found if f.kind in ("env", "metric", "unchecked")], found
     (checked,) = (f for f in found if f.kind == "checked")
-    assert "against vLLM 0.13.0's parser; 3 env variables" in checked.detail, checked
+    assert "against vLLM 0.13.0's parser; 4 env variables" in checked.detail, checked
 
 
 def test_an_env_variable_the_target_no_longer_reads_is_named(tmp_path: Path) -> None:

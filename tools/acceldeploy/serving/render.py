@@ -250,6 +250,7 @@ def service_env(service: Service, platform: Platform, context: HostContext) -> d
     if service.nodes:
         env.update(cluster.node_env(platform, node_place(service, context)))
     env["HF_HUB_OFFLINE"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a worker killed by a signal names it (serving.crash)
     env.update(service.env)
     return env
 
