@@ -15,7 +15,7 @@ def main(inventory: str = "inventory/lab/hosts.yml") -> int:
         for launch in host_launches(variables):
             url = f"http://127.0.0.1:{launch.port}"
             body = {"model": launch.name, "messages": [{"role": "user", "content": "Hello"}]}
-            print(f"{launch.name} on {host}: {url}   (systemctl status {launch.name} on the host)")
+            print(f"{launch.name} on {host}: {url}   (systemctl status {launch.name})")
             print(
                 f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' "
                 f"-d {shlex.quote(json.dumps(body))}"
