@@ -617,3 +617,49 @@ def test_errors_checks_and_remembered_values_are_masked() -> None:
     assert PLANTED not in check.detail + check.fix
     secrets.remember("a-vault-value-with-no-shape")
     assert secrets.mask("saw a-vault-value-with-no-shape here") == "saw *** here"
+
+
+# Every subcommand that reads an inventory: what comes before -i and after it (no host is
+# reached: the inventory is refused first).
+READERS = {
+    "plan render": (["plan", "render"], []),
+    "plan upgrade": (["plan", "upgrade"], ["--to", "ascend-vllm-0.13.0"]),
+    "verify": (["verify"], []),
+    "bench": (["bench"], ["--profile", "smoke"]),
+    "top": (["top"], ["--once"]),
+    "bundle build": (["bundle", "build"], ["--out", "/nonexistent/bundle"]),
+}
+
+
+def read_inventory(reader: str, site: Path) -> subprocess.CompletedProcess[str]:
+    before, after = READERS[reader]
+    return subprocess.run(
+        [sys.executable, "-m", "acceldeploy", *before, "-i", str(site), *after],
+        capture_output=True, text=True, check=False, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+
+
+def broken_copy(tmp_path: Path, file: str, text: str) -> Path:
+    target = tmp_path / "site"
+    shutil.copytree(ROOT / "inventory/examples/ascend-910b", target)
+    (target / file).write_text(text)
+    return target
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_a_yaml_error_in_the_inventory_names_the_file_and_line(reader: str, tmp_path: Path):
+    site = broken_copy(tmp_path, "group_vars/all.yml",
+                       "acceldeploy_platform: ascend\nacceldeploy_services:\n  - name: a\n"
+                       "   model: b\n")  # fmt: skip
+    done = read_inventory(reader, site)
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = [x for x in done.stderr.splitlines() if x.strip()]
+    assert f"inventory file {site}/group_vars/all.yml, line 4, column 4: " in line, line
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_an_inventory_with_no_host_exits_non_zero_saying_so(reader: str, tmp_path: Path):
+    site = broken_copy(tmp_path, "hosts.yml", "all:\n  vars:\n    ansible_user: ops\n")
+    done = read_inventory(reader, site)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"inventory {site} has no host" in done.stderr, done.stderr[-2000:]
