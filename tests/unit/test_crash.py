@@ -77,3 +77,15 @@ def test_the_gate_report_says_what_the_process_died_of() -> None:
         "process of the service died of SIGILL (Illegal instruction) in cpu_attention "
         "(/opt/venv/vllm/_custom_ops.py:210). The rollout stops here"
     ), text
+
+
+def test_a_real_engine_killed_by_sigill_names_the_engines_frame() -> None:
+    from pathlib import Path
+
+    recorded = Path(__file__).resolve().parents[1] / "data/recorded"
+    journal = (recorded / "vllm-0.12.0-cpu-engine-sigill.log").read_text().splitlines()
+    assert crash.fatal_error(journal) == (
+        "a process of the service died of SIGILL (Illegal instruction) in _process_input_queue "
+        "(/opt/acceldeploy/venv-5c0faa6f2e5a/lib/python3.11/site-packages/vllm/v1/engine/"
+        "core.py:877)"
+    )

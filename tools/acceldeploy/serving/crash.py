@@ -35,7 +35,9 @@ def fatal_error(journal: Sequence[str]) -> str:
         block = lines[index + 1 : index + 400]
         current = next((i for i, text in enumerate(block) if "Current thread" in text), -1)
         frames = block[current + 1 :] if current >= 0 else block
-        frame = next((m for m in map(FRAME.match, frames) if m), None)
+        stack = [m for m in map(FRAME.match, frames[:60]) if m]
+        # The innermost frame of the engine's own code (a wait in threading.py tells nothing).
+        frame = next((m for m in stack if "-packages/" in m["file"]), stack[0] if stack else None)
         where = f" in {frame['func']} ({frame['file']}:{frame['line']})" if frame else ""
         found = f"a process of the service died of {said}{where}"
     return found
