@@ -77,7 +77,10 @@ def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
 def answer_scrapes(listener: socket.socket) -> None:
     """A minimal exporter: answers each scrape with one gauge until the test ends."""
     while True:
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # the test closed the listener: the scrapes are over
+            return
         with conn:
             conn.recv(65536)
             body = b"# TYPE here gauge\nhere 1\n"
