@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -522,23 +523,31 @@ def test_vllm_drain_counts_the_series_it_is_given() -> None:
 
 def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
     """roles/vllm_service/files/vllm-drain against a real HTTP server whose /metrics shows
-    one running request for ~1.5 s: it waits that long, says so, and exits 0. A /metrics too
-    busy to answer within its 5 s is waited for, not taken for a server that is gone; an open
-    client connection is waited for too."""
+    one running request for 1.5 s from the drain's first scrape: it waits that long, says so,
+    and exits 0. A /metrics too busy to answer within its 5 s is waited for, not taken for a
+    server that is gone; an open client connection is waited for too. Every window counts from
+    the drain's own first scrape, not from when it was started: on a loaded machine its
+    interpreter takes seconds to start (the unit suite's hunt in random order under load saw
+    "drained 0" once when the window counted from the test's start)."""
     import socket
     import threading
     import time
 
     from metrics_endpoint import serve
 
-    started = time.monotonic()
+    first_scrape: list[float] = []
+    at_next_scrape: list[Callable[[], None]] = []
     slow = threading.Event()
 
     def metrics() -> bytes:
+        now = time.monotonic()
+        first_scrape[:] = first_scrape or [now]
+        while at_next_scrape:
+            at_next_scrape.pop()()
         if slow.is_set():
             slow.clear()
             time.sleep(6)
-        running = 1 if time.monotonic() - started < 1.5 else 0
+        running = 1 if now - first_scrape[0] < 1.5 else 0
         return (f'vllm:num_requests_running{{model_name="m"}} {running}.0\n'
                 'vllm:num_requests_waiting{model_name="m"} 0.0\n').encode()  # fmt: skip
 
@@ -550,7 +559,7 @@ def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
                               text=True, timeout=60, env={**os.environ, "MAINPID": str(os.getpid())})  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert "1 request(s) in flight" in proc.stdout and "drained 1 request(s)" in proc.stdout
-        assert time.monotonic() - started >= 1.5
+        assert time.monotonic() - first_scrape[0] >= 1.5
         timed_out = subprocess.run([sys.executable, str(drain), url, "0"], capture_output=True,
                                    text=True, timeout=60)  # fmt: skip
         assert timed_out.returncode == 0
@@ -563,7 +572,7 @@ def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
         # /metrics says 0, but a client's connection is open (a request the engine has not
         # seen yet): the drain waits until it closes
         client = socket.create_connection(server.server_address[:2])
-        threading.Timer(2.0, client.close).start()
+        at_next_scrape.append(lambda: threading.Timer(2.0, client.close).start())
         held = time.monotonic()
         waited = subprocess.run([sys.executable, str(drain), url, "30"], capture_output=True,
                                 text=True, timeout=60)  # fmt: skip
