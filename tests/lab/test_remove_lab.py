@@ -93,9 +93,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         assert active("lab1", SECOND) == "active"
         yield inventory
     finally:
-        # The lab's own inventory no longer names qwen3-vl-b: remove.yml finds it by name. Then
-        # the lab as the next tests expect it (lab2 back, should this test have stopped early).
-        gone = run_playbook(REMOVE, INVENTORY, {"acceldeploy_remove_service": SECOND})
+        # The lab's own inventory no longer names qwen3-vl-b: remove.yml, told it was dropped,
+        # looks for it by name on every serving host. Then the lab as the next tests expect it
+        # (lab2 back, should this test have stopped early).
+        gone = run_playbook(REMOVE, INVENTORY, {"acceldeploy_remove_service": SECOND,
+                                                "acceldeploy_remove_dropped": "true"})  # fmt: skip
         back = run_playbook("site.yml", INVENTORY, timeout=3000)
         lab_cli("down", "--host", GATEWAY)
         lab_cli("down", "--host", MONITOR)
