@@ -38,7 +38,7 @@ KEPT = []
 async def keep(request, call_next):
     if request.url.path.endswith("/chat/completions"):
         KEPT.append(bytearray(b"x" * (4 << 20)))
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(1.0)
     return await call_next(request)
 """
 
@@ -250,8 +250,9 @@ def test_leaking_degraded_service_is_growing_refused_as_another_argv_and_regress
         (s,) = summary["services"]
         (device,) = s["verdict"]["devices"]
         assert device["per_round_mib"] > 60, device  # 30 requests x 4 MiB per round
-        # every chat starts 300 ms late: time to first token rises and throughput falls;
-        # which of them clears both runs' 90% intervals over three rounds varies by run.
+        # every chat starts 1 s late: time to first token rises and throughput falls; which
+        # of them clears both runs' 90% intervals over three rounds varies by run (with 300 ms
+        # none did once, on the 2 shared cores loaded by a unit-suite hunt beside the lab).
         figures = {r["figure"] for r in summary["regressions"]}
         assert figures & {"request_throughput", "median_ttft_ms", "p99_ttft_ms"}, figures
         assert any(f.startswith("kept memory ") for f in figures), summary["regressions"]
