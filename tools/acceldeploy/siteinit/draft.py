@@ -45,10 +45,12 @@ def service_name(model: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", base).strip("-")[:48] or "model"
 
 
-def check_model(model: str, platform: str | None) -> None:
-    """Before any host is probed: init sizes catalog models; outside it, only on CPU."""
-    if platform == "cpu" or catalog.find(model) is not None:
-        return
+def check_model(model: str, platform: str | None) -> catalog.CatalogEntry | None:
+    """The model's catalog entry. init sizes catalog models; outside it, only on CPU: checked
+    before any host is probed (platform: --platform, if given), and again when sizing."""
+    entry = catalog.find(model)
+    if platform == "cpu" or entry is not None:
+        return entry
     raise AcceldeployError(
         f"--model {model} is not in the catalog (acceldeploy plan catalog): init sizes only "
         "catalog models on ascend and gaudi hosts; pick one, write the service by hand "
@@ -90,13 +92,8 @@ def size_service(
         (launch,) = _render(expand(spec), platform, models_root)
         return Sized(dict(spec), f"CPU: max model len {launch.max_model_len} (the planner's)")
     devices = list(fewest.devices)
-    entry = catalog.find(str(spec["model"]))
-    if entry is None:
-        raise AcceldeployError(
-            f"--model {spec['model']} is not in the catalog (acceldeploy plan catalog): init "
-            f"sizes only catalog models on {platform}; pick one, or write the service by hand "
-            "(docs/reference/inventory.md)"
-        )
+    entry = check_model(str(spec["model"]), platform)
+    assert entry is not None  # a device platform: check_model refused a model outside it
     tuned = int(entry.tuned(platform).get("tensor_parallel_size", 1))
     sizes = [n for n in (1, 2, 4, 8, 16, 32) if n >= tuned and n <= len(devices)]
     refusals = []
