@@ -41,14 +41,16 @@ def plans() -> dict[str, hostplan.HostPlan]:
 
 def test_a_service_over_nodes_keeps_ray_unless_it_says_mp() -> None:
     ray = parse_service(BASE, "ascend", 0)
-    assert (ray.backend, ray.cluster_port, ray.tensor_parallel_size) == ("ray", 6379, 8)
+    assert ray.backend is not None
+    assert (ray.backend.name, ray.cluster_port, ray.tensor_parallel_size) == ("ray", 6379, 8)
     mp = parse_service({**BASE, "backend": "mp"}, "ascend", 0)
     # a whole replica per node: TP over the node's own 4 devices, not over both nodes'
-    assert (mp.backend, mp.cluster_port, mp.tensor_parallel_size) == ("mp", 13389, 4)
-    assert mp.data_parallel and not ray.data_parallel
-    assert (
-        parse_service({"name": "one", "model": "Qwen/Qwen3-VL-8B-Instruct"}, "cpu", 0).backend == ""
-    )
+    assert mp.backend is not None
+    assert (mp.backend.name, mp.cluster_port, mp.tensor_parallel_size) == ("mp", 13389, 4)
+    assert mp.backend.replica_per_node and not ray.backend.replica_per_node
+    assert (mp.engines, ray.engines) == (2, 1)
+    one = parse_service({"name": "one", "model": "Qwen/Qwen3-VL-8B-Instruct"}, "cpu", 0)
+    assert one.backend is None
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,6 @@ from acceldeploy.inventory import groups, nonserving, roledefaults
 from acceldeploy.monitor import device_exporters, rules
 from acceldeploy.planner.stacks import STACK_VAR, STACKS_FILE, host_stack, metric_names
 from acceldeploy.serving import cluster
-from acceldeploy.serving.raynode import metrics_port
 from acceldeploy.serving.service import parse_services, reached_by
 
 GROUP = groups.MONITORS
@@ -109,10 +108,11 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
         parsed[host] = _services(host, hv)
         for service in parsed[host]:
             labels = (("host", host), ("service", service.name), ("platform", platform))
-            if service.nodes:
+            if service.backend:
                 node = (("host", host), ("service", service.name))
-                if service.backend == "ray":  # each node's Ray exports its metrics
-                    found.append(Target("ray", here, metrics_port(service), node))
+                metrics = service.backend.node_metrics_port(service.cluster_port)
+                if metrics:  # each node's Ray exports its metrics
+                    found.append(Target("ray", here, metrics, node))
                 if service.nodes[0] != host:
                     continue  # a worker node: its head answers the API
             reach = reached_by(service, host, here, monitors.values(), "monitor")
@@ -158,13 +158,8 @@ def _taken(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> list[
         head = not s.nodes or s.nodes[0] == host
         if head:
             taken.append((s.port, f"the port of service {s.name} ({s.where}.port)"))
-        if s.nodes and head:
-            what = {"mp": "data-parallel RPC", "nnodes": "--master-port"}.get(s.backend, "Ray")
-            taken.append((s.cluster_port, f"the {what} port of service {s.name} "
-                                          f"({s.where}.cluster_port)"))  # fmt: skip
-        if s.nodes and s.backend == "ray":
-            taken.append((metrics_port(s), f"the Ray metrics port of service {s.name} "
-                                           f"({s.where}.cluster_port + 1)"))  # fmt: skip
+        if s.backend:
+            taken += s.backend.group_ports(s.cluster_port, head, s.name, s.where)
     if groups.in_group(hostvars, groups.GATEWAYS):
         taken += _gateway_ports(hostvars)
     return taken

@@ -20,7 +20,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.roledefaults import value
 from acceldeploy.modelref import model_dir, parse_model_ref
 from acceldeploy.runtimes.python_env import STAGING_KEY_CHARS, build_dir, env_prefix
-from acceldeploy.serving.cluster import DP_UNIT_PREFIX, NNODES_UNIT_PREFIX, RAY_UNIT_PREFIX
+from acceldeploy.serving.backends import BACKENDS
 from acceldeploy.serving.hostplan import DEFAULT_MODELS_ROOT, ENV_KEYS
 from acceldeploy.serving.service import NAME_RE
 from acceldeploy.serving.unit import state_dir, unit_files
@@ -33,7 +33,7 @@ CHOICES = {
 }
 # A service already taken out of the inventory: looked for on every serving host.
 DROPPED = "acceldeploy_remove_dropped"
-NODE_PREFIXES = ("", RAY_UNIT_PREFIX, DP_UNIT_PREFIX, NNODES_UNIT_PREFIX)
+NODE_PREFIXES = ("", *(backend.unit_prefix for backend in BACKENDS.values()))
 # What a serving host runs for the monitor (roles/monitor/tasks/node.yml): it goes with the host.
 MONITOR_UNITS = ("acceldeploy-service-memory.service", "prometheus-node-exporter.service")
 MONITOR_FILES = (

@@ -33,12 +33,10 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds
 from acceldeploy.planner.platforms import Platform
 from acceldeploy.readiness import gate as readiness
+from acceldeploy.serving import backends
 from acceldeploy.serving.service import Service
 
 NODE_IP_VAR = "acceldeploy_node_ip"
-RAY_UNIT_PREFIX = "ray-"
-DP_UNIT_PREFIX = "dp-"
-NNODES_UNIT_PREFIX = "node-"
 # What the nodes of one group must agree on, as Service attributes.
 SHARED = ("nodes", "backend", "model", "revision", "tensor_parallel_size",
           "pipeline_parallel_size", "cluster_port", "port")  # fmt: skip
@@ -57,22 +55,22 @@ def node_ip(hostvars: Mapping[str, Any], host: str) -> str:
         ) from None
 
 
-def ray_unit_name(service: Service) -> str:
-    return f"{RAY_UNIT_PREFIX}{service.name}"
-
-
 def node_unit_name(service: Service) -> str:
     """The unit a node of a group runs besides the head's vLLM: its Ray node (ray), its
-    headless data-parallel rank (mp)."""
-    prefixes = {"mp": DP_UNIT_PREFIX, "nnodes": NNODES_UNIT_PREFIX}
-    return f"{prefixes.get(service.backend, RAY_UNIT_PREFIX)}{service.name}"
+    headless part (mp, nnodes)."""
+    return _backend(service).node_unit(service.name)
 
 
 def runs_node_unit(service: Service, host: str) -> bool:
-    """Whether `host`, defining the service, runs its node unit: every node (ray), every node
-    but the head, whose own vLLM unit is its rank 0 (mp). A host outside the service's nodes
-    is refused when its unit is planned (place)."""
-    return bool(service.nodes) and not (service.headless_nodes and service.nodes[0] == host)
+    """Whether `host`, defining the service, runs its node unit (backends.py). A host outside
+    the service's nodes is refused when its unit is planned (place)."""
+    return bool(service.backend) and _backend(service).runs_node_unit(service.nodes, host)
+
+
+def _backend(service: Service) -> backends.Backend:
+    if service.backend is None:
+        raise AcceldeployError(f"{service.where}: a service on one host has no node unit")
+    return service.backend
 
 
 @dataclass(frozen=True)
@@ -168,7 +166,7 @@ def per_node_env(platform: Platform) -> dict[str, str]:
 def check_split(service: Service, platform: Platform) -> None:
     """backend nnodes only where the stack's vLLM can split a model over hosts that way
     (versions/stacks.yml nnodes_split: tensor, pipeline)."""
-    if service.backend != "nnodes":
+    if not (service.backend and service.backend.needs_stack_split):
         return
     stack = f"stack {platform.stack} (vLLM {platform.vllm_version})"
     if not platform.nnodes_split:
@@ -219,10 +217,7 @@ def gate_spec(where: Place, platform: Platform) -> dict[str, Any]:
     node, an ephemeral-range port answered between every pair of nodes, on Ascend the NPUs in
     use (hccn_tool), on Gaudi the external ports of the HPUs in use (hl-smi)."""
     service = where.service
-    port_use = {
-        "mp": "the head's data-parallel RPC port, --data-parallel-rpc-port",
-        "nnodes": "the head's torch.distributed master port, --master-port",
-    }.get(service.backend, "the head's Ray GCS port, ray start --port")
+    port_use = _backend(service).cluster_port_use
     head = service.nodes[0]
     dials = [
         {"peer": peer, "address": where.ips[peer], "port": readiness.EPHEMERAL_PORT,
@@ -272,7 +267,8 @@ def gates_for_run(
 
 def _shared(service: Service) -> dict[str, Any]:
     values = {key: getattr(service, key) for key in SHARED}
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    plain = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    return {**plain, "backend": service.backend.name if service.backend else ""}
 
 
 def node_view(platform: str, pins: str, services: list[Service], stack: str = "") -> dict[str, Any]:

@@ -21,9 +21,6 @@ from acceldeploy.serving.service import Service
 from acceldeploy.serving.unit import READY_PYTHON, ServiceUnit, UnitOptions, build
 
 WATCH = "vllm-dp-watch"
-# What a headless node runs: a whole replica's data-parallel rank (mp), or its node's share of
-# one replica's ranks (nnodes).
-PART = {"mp": "data-parallel rank", "nnodes": "node"}
 # Seconds between its checks, and checks in a row that found the group broken: a node whose
 # peer vanished, or a rank whose head went away, is ended within ~15-25 s.
 WATCH_INTERVAL, WATCH_MISSES = 5, 3
@@ -32,7 +29,11 @@ WATCH_INTERVAL, WATCH_MISSES = 5, 3
 def build_node(
     service: Service, platform: Platform, context: HostContext, options: UnitOptions | None = None
 ) -> ServiceUnit:
-    if not service.headless_nodes or not cluster.runs_node_unit(service, context.host):
+    if (
+        not service.backend
+        or not service.backend.headless
+        or not cluster.runs_node_unit(service, context.host)
+    ):
         raise AcceldeployError(
             f"{service.where}: only a node of a backend mp or nnodes service other than its head "
             f"({service.nodes[0] if service.nodes else 'none'}) runs a headless rank"
@@ -45,7 +46,7 @@ def build_node(
     unit = build(launch, platform, context.models_root, opts)
     directives = {
         **unit.directives,
-        "description": f"vLLM {service.name}: {PART[service.backend]} {where.rank} (headless) of "
+        "description": f"vLLM {service.name}: {service.backend.part} {where.rank} (headless) of "
         f"the group headed by {service.nodes[0]} ({where.head_address})",
         "exec_start_post": [],  # no API server: nothing to probe
         "exec_stop": [],  # nothing to drain: the head's API server holds the requests

@@ -14,7 +14,7 @@ import dataclasses
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
-from acceldeploy.serving import cluster, render
+from acceldeploy.serving import backends, cluster, render
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import HostContext
 from acceldeploy.serving.service import Service
@@ -30,11 +30,6 @@ RAY_TEMP = "ray"  # under the service's state directory: short enough for Ray's 
 TEMPLATE = "ray-node.service.j2"  # beside vllm.service.j2 (unit.TEMPLATES)
 
 
-def metrics_port(service: Service) -> int:
-    """Where each node's Ray exports its Prometheus metrics: the port after the cluster's."""
-    return service.cluster_port + 1
-
-
 def ray_temp_dir(service_name: str) -> str:
     return f"{state_dir(service_name)}/{RAY_TEMP}"
 
@@ -45,9 +40,9 @@ def ray_command(platform: Platform, context: HostContext) -> str:
 
 def ray_argv(service: Service, platform: Platform, context: HostContext) -> list[str]:
     where = render.node_place(service, context)
+    metrics = backends.RAY.node_metrics_port(service.cluster_port)
     argv = [ray_command(platform, context), "start", "--block", "--disable-usage-stats",
-            f"--node-ip-address={where.ip}",
-            f"--metrics-export-port={metrics_port(service)}"]  # fmt: skip
+            f"--node-ip-address={where.ip}", f"--metrics-export-port={metrics}"]  # fmt: skip
     if where.is_head:
         argv += ["--head", f"--port={service.cluster_port}", "--include-dashboard=false",
                  f"--temp-dir={ray_temp_dir(service.name)}"]  # fmt: skip
@@ -63,7 +58,7 @@ def build_node(
         raise AcceldeployError(f"{service.where}: only a service with nodes has a Ray node unit")
     opts = options or UnitOptions()
     where = render.node_place(service, context)
-    name = cluster.ray_unit_name(service)
+    name = cluster.node_unit_name(service)
     state, cache = state_dir(service.name), render.cache_dir(service.name)
     # Ray's workers (vLLM's model ranks on this node) inherit the node's environment: the
     # server's own, as rendered on this node, without the driver's RAY_ADDRESS.

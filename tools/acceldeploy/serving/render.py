@@ -183,30 +183,10 @@ HEAD_ONLY = ("api-server-count",)
 
 
 def group_options(service: Service, place: cluster.Place | None) -> dict[str, Any]:
-    """A multi-node service's flags on this node: Ray's executor on the head (ray); the data
-    parallel group over the nodes (mp), or this node's place among the nodes one replica spans
-    (nnodes), each node but the head headless."""
-    if place is None:
+    """A multi-node service's flags on this node (its backend's)."""
+    if place is None or service.backend is None:
         return {}
-    if not service.headless_nodes:
-        return {"distributed-executor-backend": "ray"}
-    if not service.data_parallel:  # nnodes: one replica's ranks over the nodes
-        split: dict[str, Any] = {
-            "nnodes": len(service.nodes),
-            "node-rank": place.rank,
-            "master-addr": place.head_ip,
-            "master-port": service.cluster_port,
-        }
-        return {**split, "headless": True} if not place.is_head else split
-    options: dict[str, Any] = {
-        "data-parallel-size": service.engines,
-        "data-parallel-size-local": 1,
-        "data-parallel-address": place.head_ip,
-        "data-parallel-rpc-port": service.cluster_port,
-    }
-    if not place.is_head:
-        options.update({"headless": True, "data-parallel-start-rank": place.rank})
-    return options
+    return dict(service.backend.flags(service.nodes, service.cluster_port, place))
 
 
 def engine_options(
@@ -312,6 +292,6 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
         max_model_len=length,
         kv=kv,
         nodes={n: place.ips[n] for n in service.nodes} if place else {},
-        ray_unit=cluster.ray_unit_name(service) if ray else None,
+        ray_unit=cluster.node_unit_name(service) if ray else None,
         cluster_address=place.head_address if place else None,
     )

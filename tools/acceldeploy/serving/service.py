@@ -21,6 +21,7 @@ from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
 from acceldeploy.planner import catalog
 from acceldeploy.planner.engineopts import EngineOptions, option_name
 from acceldeploy.planner.modelconfig import KV_CACHE_DTYPE_BYTES
+from acceldeploy.serving import backends
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -97,14 +98,6 @@ DEFAULTS: dict[str, Any] = {
     "allow_unauthenticated_public_bind": False,
 }
 MEMORY_KEYS = ("weights_gib", "activation_gib", "non_torch_gib")
-# How a service over nodes runs (backend): Ray's executor; vLLM's own multiprocessing with
-# data parallel across the nodes (vllm-ascend's multi-node tutorials); or one replica split over
-# the nodes by vLLM's own multiprocessing (--nnodes), where the stack can run it. The port the
-# nodes dial on the head when cluster_port is unset: Ray's GCS; the DP RPC port those tutorials
-# use; vLLM's --master-port default.
-RAY, MP, NNODES = "ray", "mp", "nnodes"
-BACKENDS = (RAY, MP, NNODES)
-CLUSTER_PORTS = {RAY: 6379, MP: 13389, NNODES: 29501}
 # Every key of a service: (type, meaning). The parser accepts exactly these, and the inventory
 # reference (docs/reference/inventory.md) is generated from them (docsgen/roledocs.py).
 KEYS: dict[str, tuple[str, str]] = {
@@ -178,28 +171,22 @@ class Service:
     catalog_entry: catalog.CatalogEntry | None = field(default=None, compare=False)
     pipeline_parallel_size: int = 1
     # A service that spans hosts: its nodes (inventory hostnames, the first is the head), how
-    # it runs over them (ray or mp), the head's port the nodes dial and the NIC the
+    # it runs over them (backends.py), the head's port the nodes dial and the NIC the
     # collectives use (cluster.py).
     nodes: tuple[str, ...] = ()
-    cluster_port: int = 6379
+    cluster_port: int = backends.DEFAULT.default_cluster_port
     network_interface: str | None = None
-    backend: str = ""
-
-    @property
-    def data_parallel(self) -> bool:
-        """Data parallel across its nodes (backend mp): each node runs a whole replica."""
-        return self.backend == MP
+    backend: backends.Backend | None = None
 
     @property
     def engines(self) -> int:
         """The engines its API server spreads requests over: one per data-parallel rank."""
-        return len(self.nodes) if self.data_parallel else 1
+        return self.backend.engines(self.nodes) if self.backend else 1
 
     @property
     def headless_nodes(self) -> bool:
-        """vLLM's own multiprocessing over the nodes (mp, nnodes): the head serves the API, every
-        other node runs a headless part of the group."""
-        return self.backend in (MP, NNODES)
+        """The head serves the API, every other node runs a headless part of the group."""
+        return bool(self.backend and self.backend.headless)
 
     @property
     def model(self) -> str:
@@ -307,26 +294,6 @@ def _nodes(merged: dict[str, Any], var: str) -> tuple[str, ...]:
     return tuple(nodes)
 
 
-def _backend(merged: dict[str, Any], nodes: tuple[str, ...], var: str) -> str:
-    """ray or mp for a service over nodes (ray unless it says mp: no unit changes under a
-    service that said nothing), "" for one on one host."""
-    backend = merged["backend"]
-    if not nodes:
-        if backend is not None:
-            raise AcceldeployError(
-                f"{var}.backend is for a service over several hosts (nodes); drop it, or list "
-                "the hosts in nodes"
-            )
-        return ""
-    if backend is None:
-        return RAY
-    if backend not in BACKENDS:
-        raise AcceldeployError(
-            f"{var}.backend must be one of {', '.join(BACKENDS)}, got {backend!r}"
-        )
-    return str(backend)
-
-
 def _layout(
     merged: dict[str, Any], devices: list[int], nodes: tuple[str, ...], var: str
 ) -> tuple[int, int]:
@@ -364,25 +331,14 @@ def _layout(
     return tp, pp
 
 
-def _cluster(merged: dict[str, Any], backend: str, var: str) -> tuple[int, str | None]:
+def _cluster(
+    merged: dict[str, Any], backend: backends.Backend | None, var: str
+) -> tuple[int, str | None]:
     given = merged["cluster_port"]
-    port = _int(CLUSTER_PORTS[backend or RAY] if given is None else given,
-                f"{var}.cluster_port", 1, 65534)  # fmt: skip
-    if backend in (MP, NNODES) and merged["port"] == port:
-        raise AcceldeployError(
-            f"{var}.cluster_port {port} is also its port: the head's vLLM listens for its "
-            "other nodes on cluster_port and for clients on port; give cluster_port "
-            f"another port (default {CLUSTER_PORTS[backend]})"
-        )
-    # Ray's metrics listen on the port after it (raynode.metrics_port).
-    if backend == RAY and merged["port"] in (port, port + 1):
-        clash = "is also its port" if merged["port"] == port else (
-            f"puts Ray's metrics on {port + 1}, its port")  # fmt: skip
-        raise AcceldeployError(
-            f"{var}.cluster_port {port} {clash}: the head's Ray (GCS) listens on cluster_port, "
-            "each node's Ray metrics on the next port, vLLM's API on its port; give "
-            f"cluster_port another port (default {CLUSTER_PORTS[RAY]})"
-        )
+    default = (backend or backends.DEFAULT).default_cluster_port
+    port = _int(default if given is None else given, f"{var}.cluster_port", 1, 65534)
+    if backend:
+        backend.check_ports(merged["port"], port, var)
     nic = merged["network_interface"]
     if nic is not None and (not isinstance(nic, str) or not IFNAME_RE.fullmatch(nic)):
         raise AcceldeployError(
@@ -532,10 +488,8 @@ def parse_service(raw: Any, platform: str, index: int) -> Service:
     merged = _merge(spec, entry.tuned(platform) if entry else {}, var)
     ref = parse_model_ref(merged, var)
     devices, nodes = _devices(merged, platform, var), _nodes(merged, var)
-    backend = _backend(merged, nodes, var)
-    tp, pp = _layout(
-        merged, devices, () if backend == MP else nodes, var
-    )  # one replica per node (mp)
+    backend = backends.choose(merged["backend"], nodes, var)
+    tp, pp = _layout(merged, devices, backend.replica_nodes(nodes) if backend else (), var)
     cluster_port, nic = _cluster(merged, backend, var)
     max_len = merged["max_model_len"]
     if max_len != "auto":
