@@ -35,6 +35,7 @@ def test_a_worker_killed_by_sigill_is_named_with_the_frame_that_died() -> None:
     ]
     assert crash.fatal_error(journal) == (
         "a process of the service died of SIGILL (Illegal instruction) in forward (<string>:7)"
+        + crash.HINTS["SIGILL"]
     )
 
 
@@ -75,7 +76,7 @@ def test_the_gate_report_says_what_the_process_died_of() -> None:
     assert text.startswith(
         "lab2 failed the serving gate (Gate | One real completion: Status code was 500); a "
         "process of the service died of SIGILL (Illegal instruction) in cpu_attention "
-        "(/opt/venv/vllm/_custom_ops.py:210). The rollout stops here"
+        f"(/opt/venv/vllm/_custom_ops.py:210){crash.HINTS['SIGILL']}. The rollout stops here"
     ), text
 
 
@@ -87,5 +88,5 @@ def test_a_real_engine_killed_by_sigill_names_the_engines_frame() -> None:
     assert crash.fatal_error(journal) == (
         "a process of the service died of SIGILL (Illegal instruction) in _process_input_queue "
         "(/opt/acceldeploy/venv-5c0faa6f2e5a/lib/python3.11/site-packages/vllm/v1/engine/"
-        "core.py:877)"
+        "core.py:877)" + crash.HINTS["SIGILL"]
     )

@@ -9,6 +9,8 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -773,3 +775,35 @@ def test_default_manager_is_the_platforms_runtime() -> None:
     for name in platform_names():
         manager = python_env.python_env_plan({"platform": name})["manager"]
         assert manager == get_platform(name).runtime
+
+
+def test_a_stack_with_the_amx_defect_gets_the_permission_line_and_its_own_key(
+    tmp_path: Path,
+) -> None:
+    """cpu-vllm-0.32.0's known defect amx-tile-permission: its environment gets a .pth line
+    that asks Linux for the AMX tile state in every Python (the spawned workers too); the
+    stacks without it keep their steps and key. The step's own command is run in a real venv,
+    whose Python then holds the permission where the CPU has AMX and starts cleanly elsewhere."""
+    default = python_env.python_env_plan(CPU)
+    newest = python_env.python_env_plan({**CPU, "stack": "cpu-vllm-0.32.0"})
+    assert not any(python_env.AMX_PTH_NAME in s["argv"] for s in default["steps"])
+    assert "workarounds" not in default["record"]
+    assert newest["record"]["workarounds"] == ["amx_tile_permission"]
+    (step,) = [s for s in newest["steps"] if python_env.AMX_PTH_NAME in s["argv"]]
+    assert step["argv"][0] == newest["steps"][-1]["argv"][0]  # the environment's own Python
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, *step["argv"][1:]], check=True)
+    ran = "import sys; print('ctypes' in sys.modules)"  # only the line imports it at start
+    assert subprocess.run([python, "-c", ran], capture_output=True, text=True).stdout == (
+        f"{os.uname().machine == 'x86_64'}\n"
+    )
+    probe = (
+        "import ctypes; m = ctypes.c_ulong(0); "
+        "ctypes.CDLL(None).syscall(158, 0x1022, ctypes.byref(m)); print(m.value)"
+    )  # ARCH_GET_XCOMP_PERM: the features this process may use
+    mask = int(subprocess.run([python, "-c", probe], capture_output=True, text=True,
+                              check=True).stdout)  # fmt: skip
+    amx = "amx_tile" in Path("/proc/cpuinfo").read_text().split()
+    assert bool(mask & (1 << 18)) == amx  # XFEATURE_XTILEDATA

@@ -132,6 +132,29 @@ def test_a_stack_whose_parts_disagree_is_refused_naming_the_part_and_fix(tmp_pat
     )
 
 
+def test_a_known_defect_out_of_shape_is_refused_naming_the_stack_and_key(tmp_path: Path) -> None:
+    good = stacks.load_stacks()["cpu-vllm-0.32.0"]["known_defects"][0]
+    path = write_stacks(tmp_path, {"cpu-vllm-0.12.0": {"known_defects": [
+        {**good, "workaround": "pray"}, {"id": "x", "what": "w", "comment": "c"}]}})  # fmt: skip
+    with pytest.raises(AcceldeployError) as exc:
+        stacks.load_stacks(path)
+    assert str(exc.value) == (
+        "stack cpu-vllm-0.12.0: known_defects[0].workaround 'pray' is not one the roles apply; "
+        f"use amx_tile_permission or drop it in {path}; stack cpu-vllm-0.12.0: "
+        "known_defects[1]: lacks component, source, fix; unknown keys comment; use id, what, "
+        f"component, source, fix (and workaround) in {path}"
+    )
+
+
+def test_plan_stacks_shows_the_known_defects_with_their_source() -> None:
+    (row,) = [r for r in stackmatrix.matrix() if r["stack"] == "cpu-vllm-0.32.0"]
+    (defect,) = row["known_defects"]
+    assert defect["id"] == "amx-tile-permission"
+    assert defect["workaround"] == "amx_tile_permission"
+    assert "cpu_attn.py:544" in defect["source"]
+    assert stackmatrix.defect_rows([row])[0][:2] == ["cpu-vllm-0.32.0", defect["component"]]
+
+
 def test_listed_compares_versions_and_series() -> None:
     assert stacks.listed("8.3.rc2", ["8.3.RC2"]) and stacks.listed("1.22.2", ["1.22"])
     assert not stacks.listed("1.22.2", ["1.23.0"]) and not stacks.listed("1.2", ["1.22"])

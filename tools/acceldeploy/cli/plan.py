@@ -242,6 +242,14 @@ def cmd_stacks(args: argparse.Namespace) -> int:
         [title for _, title in stackmatrix.COLUMNS],
         [[str(row[key]) for key, _ in stackmatrix.COLUMNS] for row in rows],
     )
+    known = stackmatrix.defect_rows(rows)
+    if known:
+        tables.print_table(
+            tables.console(),
+            "known defects of the stacks (versions/stacks.yml known_defects)",
+            ("stack", "component", "what", "fix", "source"),
+            known,
+        )
     return 0
 
 

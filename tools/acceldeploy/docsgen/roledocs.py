@@ -51,6 +51,7 @@ SOURCES = {
     "service_keys": "tools/acceldeploy/serving/service.py (KEYS, DEFAULTS)",
     "stack_matrix": "versions/stacks.yml (acceldeploy.planner.stackmatrix)",
     "stack_sources": "versions/stacks.yml (each stack's sources)",
+    "stack_defects": "versions/stacks.yml (each stack's known_defects)",
 }
 
 
@@ -291,6 +292,7 @@ def references(repo: Path) -> dict[Path, dict[str, str]]:
         repo / "docs" / "reference" / "stacks.md": {
             "stack_matrix": stackmatrix.markdown_matrix(stacks),
             "stack_sources": stackmatrix.markdown_sources(stacks),
+            "stack_defects": stackmatrix.markdown_defects(stacks),
         },
     }
 

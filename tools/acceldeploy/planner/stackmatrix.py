@@ -6,9 +6,11 @@ platform (torch, device torch, Python, bucketing) are the platform class's."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from acceldeploy import tables
+from acceldeploy.planner import defects
 from acceldeploy.planner.stacks import load_stacks, metric_names
 from acceldeploy.platforms import for_name
 
@@ -80,6 +82,7 @@ def row(entry: Mapping[str, Any]) -> dict[str, Any]:
         "bucketing": platform.bucketing_cell(entry),
         "metrics": metric_names(entry),
         "sources": dict(entry.get("sources") or {}),
+        "known_defects": [asdict(d) for d in defects.known_defects(entry)],
     }
 
 
@@ -95,6 +98,26 @@ def markdown_matrix(rows: list[dict[str, Any]]) -> str:
     """The matrix as tables a docs page shows whole, each with the stack first."""
     cells = [[str(r[key]) for key, _ in COLUMNS] for r in rows]
     return tables.markdown([title for _, title in COLUMNS], cells, tables.PIPE_WIDTH)
+
+
+def defect_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per known defect: stack, component, what, fix (and the workaround applied),
+    source."""
+    found = []
+    for r in rows:
+        for d in r["known_defects"]:
+            applied = f" Worked around: {d['workaround']}." if d["workaround"] else ""
+            found.append([r["stack"], d["component"], d["what"], d["fix"] + applied, d["source"]])
+    return found
+
+
+def markdown_defects(rows: list[dict[str, Any]]) -> str:
+    """Each known defect, under its stack: what, fix, source."""
+    lines: list[str] = []
+    for stack, component, what, fix, source in defect_rows(rows):
+        lines += [f"**{stack}**: {_cell(component)}", "", f"- what: {_cell(what)}",
+                  f"- fix: {_cell(fix)}", f"- source: {_cell(source)}", ""]  # fmt: skip
+    return "\n".join(lines).rstrip() or "None recorded."
 
 
 def markdown_sources(rows: list[dict[str, Any]]) -> str:

@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from acceldeploy.data_files import VERSIONS_DIR
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner import defects
 from acceldeploy.planner.kvplan import KV_RULES
 from acceldeploy.platforms import for_name, known_names
 
@@ -128,6 +129,7 @@ def part_errors(entry: Mapping[str, Any]) -> list[str]:
             f"stack {name}: kv_rules {', '.join(map(str, unknown))} unknown; use "
             f"{', '.join(KV_RULES)} (tools/acceldeploy/planner/kvplan.py) in {entry['file']}"
         )
+    errors += defects.errors(entry)
     requires = entry.get("requires_python")
     if entry.get("python") and requires:
         where = f"{entry['file']} {name}"

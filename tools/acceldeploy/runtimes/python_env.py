@@ -24,6 +24,7 @@ from packaging.version import Version
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import targets
+from acceldeploy.planner import defects
 from acceldeploy.planner.platforms import CONTAINER, get_platform
 from acceldeploy.planner.stacks import host_stack, installer_pin, lock_requirements
 from acceldeploy.platforms import for_name
@@ -57,6 +58,19 @@ UV_INSTALL = ["pip", "install", "--quiet", "--no-deps", "--no-cache", "--no-prog
 # Every .py of the environment byte-compiled on every core, as pip would have (a file that does
 # not compile, such as a test written for another Python, is skipped as pip skips it), so the
 # service, which cannot write into the environment, does not compile at each start.
+# The workaround amx_tile_permission (planner/defects.py): a .pth line runs as each of the
+# environment's Pythons starts, spawned workers included, and asks Linux for the AMX tile state
+# (arch_prctl = syscall 158 on x86_64, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18).
+# On a CPU without AMX the kernel answers ENOTSUP and nothing changes.
+AMX_PTH_NAME = "acceldeploy-amx-tile-permission.pth"
+AMX_PTH_LINE = (
+    "import os; os.uname().machine == 'x86_64' and "
+    "__import__('ctypes').CDLL(None).syscall(158, 0x1023, 18)\n"
+)
+WRITE_PTH = (
+    "import pathlib, sys, sysconfig; "
+    "pathlib.Path(sysconfig.get_paths()['purelib'], sys.argv[1]).write_text(sys.argv[2])"
+)
 COMPILE_ALL = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
 CREDENTIALS = re.compile(r"(?<=://)[^/@\s:]+(?::[^/@\s]*)?@")
 # The version an interpreter's name shows: python2.7, python3, python3.13t.
@@ -588,6 +602,9 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         "constraints": build.constraints,
         "install_from": "lock" if lock else _install_from(options),
     }
+    fixes = defects.workarounds(entry)
+    if fixes:  # a stack without any keeps the key it had
+        identity["workarounds"] = fixes
     build.env = build_dir(env, _key(identity))
     build.steps.append(
         _step(f"create the {manager}", _create_argv(manager, python, build.env, options))
@@ -600,6 +617,13 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         _cpu_install(build, manager)
     else:
         _ascend_install(build)
+    if "amx_tile_permission" in fixes:
+        build.steps.append(
+            _step(
+                "let every Python of the environment use AMX tiles (known defect)",
+                [build.python, "-c", WRITE_PTH, AMX_PTH_NAME, AMX_PTH_LINE],
+            )
+        )
     build.steps.append(
         _step("byte-compile on every core", [build.python, "-c", COMPILE_ALL, build.env])
     )

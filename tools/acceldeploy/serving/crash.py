@@ -17,6 +17,13 @@ SIGNALS = {
     "Floating point exception": "SIGFPE",
     "Aborted": "SIGABRT",
 }
+# What the signal says beyond its name.
+HINTS = {
+    "SIGILL": (
+        ": an instruction the CPU refused (on a CPU with AMX, tile registers used without the "
+        "kernel's permission: see the stack's known defects, acceldeploy plan stacks)"
+    ),
+}
 FATAL = re.compile(r"Fatal Python error: (?P<name>[A-Za-z -]+?)\s*$")
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
@@ -39,5 +46,6 @@ def fatal_error(journal: Sequence[str]) -> str:
         # The innermost frame of the engine's own code (a wait in threading.py tells nothing).
         frame = next((m for m in stack if "-packages/" in m["file"]), stack[0] if stack else None)
         where = f" in {frame['func']} ({frame['file']}:{frame['line']})" if frame else ""
-        found = f"a process of the service died of {said}{where}"
+        hint = HINTS.get(signal or "", "")
+        found = f"a process of the service died of {said}{where}{hint}"
     return found
