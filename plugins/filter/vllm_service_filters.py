@@ -15,7 +15,7 @@ from acceldeploy.downloads import weights
 from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.serving import crash
-from acceldeploy.serving.unit import unit_files
+from acceldeploy.serving.layout import UnitLayout
 from acceldeploy.state import prune, switch
 
 
@@ -86,10 +86,10 @@ def vllm_service_state_spec(
     """What the no-op path compares with the last converge (tools/acceldeploy/state/drift.py): every
     file the role writes (units, launchers, secrets, helpers, the rollback point), the service
     user's entries, and each unit's state (active, enabled)."""
-    files = [f"{dirs['launcher']}/{helper}" for helper in helpers] + ["/etc/passwd", "/etc/group"]
+    layout = UnitLayout(dirs["launcher"], dirs["secret"], dirs["last_good"])
+    files = [layout.helper(helper) for helper in helpers] + ["/etc/passwd", "/etc/group"]
     for unit in units:
-        files += unit_files(str(unit["name"]), dirs["launcher"], dirs["secret"],
-                            dirs["last_good"], argcheck=bool(unit.get("argcheck")))  # fmt: skip
+        files += layout.files(str(unit["name"]), argcheck=bool(unit.get("argcheck")))
     return {"files": [str(f) for f in files], "units": [f"{u['name']}.service" for u in units]}
 
 
@@ -121,7 +121,9 @@ def vllm_service_model_prune_spec(
     return {
         "patterns": [] if shared else prune.revision_patterns(paths),
         "current": sorted({*paths, *held}),
-        "in_use_files": [f"{launcher_dir}/*.launch", f"{last_good_dir}/*.launch"],
+        "in_use_files": UnitLayout(
+            launcher_dir=launcher_dir, last_good_dir=last_good_dir
+        ).launch_globs(),
     }
 
 

@@ -16,7 +16,8 @@ from unit_verify import verify_rendered
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.serving.hostplan import host_plan, plan_host
-from acceldeploy.serving.unit import UnitOptions, build, render_files, unit_files
+from acceldeploy.serving.layout import UnitLayout
+from acceldeploy.serving.unit import UnitOptions, build, render_files
 from acceldeploy_lab.inventory import InventoryHost, write_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -453,12 +454,13 @@ def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out
 def test_the_files_of_a_unit_are_the_paths_build_gives_it() -> None:
     opts = UnitOptions(launcher_dir="/l", secret_dir="/s")
     unit = _build(LAB, _launch(LAB, secret_env=["VLLM_API_KEY"]), opts)
-    files = unit_files(unit.name, "/l", "/s", "/lg")
+    layout = UnitLayout("/l", "/s", "/lg")
+    files = layout.files(unit.name)
     assert files[:3] == [unit.unit_path, unit.launcher_path, unit.secret_path]
     assert files[3:] == [f"/lg/{os.path.basename(unit.unit_path)}",
                          f"/lg/{os.path.basename(unit.launcher_path)}",
                          f"/lg/{unit.name}.argcheck"]  # fmt: skip
-    assert unit_files(unit.name, "/l", "/s", "/lg", argcheck=False) == files[:-1]
+    assert layout.files(unit.name, argcheck=False) == files[:-1]
 
 
 def test_planned_stops_drain_and_hooks_run_as_root_without_blocking() -> None:

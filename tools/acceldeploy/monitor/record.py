@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.monitor import device_exporters
+from acceldeploy.serving.layout import UNIT_DIR
 
 NODE_UNIT = "prometheus-node-exporter.service"
 MEMORY_UNIT = "acceldeploy-service-memory.service"
 PROMETHEUS_UNIT = "prometheus.service"
-UNIT_DIR = "/etc/systemd/system"
 
 
 def spec(

@@ -22,8 +22,8 @@ from acceldeploy.modelref import model_dir, parse_model_ref
 from acceldeploy.runtimes.python_env import STAGING_KEY_CHARS, build_dir, env_prefix
 from acceldeploy.serving.backends import BACKENDS
 from acceldeploy.serving.hostplan import DEFAULT_MODELS_ROOT, ENV_KEYS
+from acceldeploy.serving.layout import UnitLayout, state_dir
 from acceldeploy.serving.service import NAME_RE
-from acceldeploy.serving.unit import state_dir, unit_files
 from acceldeploy.state.drift import RECORD_DIR
 
 CHOICES = {
@@ -133,19 +133,24 @@ def _model_path(view: Mapping[str, Any], service: Mapping[str, Any], host: str) 
 
 def _service_files(view: Mapping[str, Any], name: str) -> tuple[list[str], list[str], list[str]]:
     """(units, files, dirs) a service named ``name`` may have on a host."""
-    launcher = value(view, "vllm_service_launcher_dir")
-    secrets = value(view, "vllm_service_secret_dir")
-    last_good = value(view, "vllm_service_last_good_dir")
+    layout = _layout(view)
     units, files = [], []
     for unit in (prefix + name for prefix in NODE_PREFIXES):
         units.append(f"{unit}.service")
-        files += unit_files(unit, launcher, secrets, last_good)
+        files += layout.files(unit)
     return units, files, [state_dir(name)]
 
 
+def _layout(view: Mapping[str, Any]) -> UnitLayout:
+    return UnitLayout(
+        launcher_dir=value(view, "vllm_service_launcher_dir"),
+        secret_dir=value(view, "vllm_service_secret_dir"),
+        last_good_dir=value(view, "vllm_service_last_good_dir"),
+    )
+
+
 def _in_use_files(view: Mapping[str, Any]) -> list[str]:
-    launcher = value(view, "vllm_service_launcher_dir")
-    return [f"{launcher}/*.launch", f"{value(view, 'vllm_service_last_good_dir')}/*.launch"]
+    return _layout(view).launch_globs()
 
 
 def _env(view: Mapping[str, Any]) -> tuple[list[str], list[str]]:

@@ -14,13 +14,12 @@ import dataclasses
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
-from acceldeploy.serving import cluster, render
+from acceldeploy.serving import cluster, layout, render
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import HostContext
 from acceldeploy.serving.service import Service
 from acceldeploy.serving.unit import READY_PYTHON, ServiceUnit, UnitOptions, build
 
-WATCH = "vllm-dp-watch"
 # Seconds between its checks, and checks in a row that found the group broken: a node whose
 # peer vanished, or a rank whose head went away, is ended within ~15-25 s.
 WATCH_INTERVAL, WATCH_MISSES = 5, 3
@@ -66,7 +65,7 @@ def watch(where: cluster.Place, platform: Platform, opts: UnitOptions | None = N
     ends its server, and so does a rank whose head restarted (its connection gone); systemd
     starts them again and the group forms anew. The launcher decides whether it can watch
     (launchers.py before_exec)."""
-    helper = f"{(opts or UnitOptions()).launcher_dir}/{WATCH}"
+    helper = (opts or UnitOptions()).layout.helper(layout.WATCH)
     peers = " ".join(ip for host, ip in where.ips.items() if host != where.host)
     head = "" if where.is_head else f" --head {where.head_ip}"
     line = (

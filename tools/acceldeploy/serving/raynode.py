@@ -16,15 +16,10 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
 from acceldeploy.serving import backends, cluster, render
 from acceldeploy.serving.launchers import launcher_for
+from acceldeploy.serving.layout import UnitLayout, cache_dir, state_dir
 from acceldeploy.serving.render import HostContext
 from acceldeploy.serving.service import Service
-from acceldeploy.serving.unit import (
-    UNIT_DIR,
-    ServiceUnit,
-    UnitOptions,
-    env_value,
-    state_dir,
-)
+from acceldeploy.serving.unit import ServiceUnit, UnitOptions, env_value
 
 RAY_TEMP = "ray"  # under the service's state directory: short enough for Ray's socket paths
 TEMPLATE = "ray-node.service.j2"  # beside vllm.service.j2 (unit.TEMPLATES)
@@ -59,7 +54,7 @@ def build_node(
     opts = options or UnitOptions()
     where = render.node_place(service, context)
     name = cluster.node_unit_name(service)
-    state, cache = state_dir(service.name), render.cache_dir(service.name)
+    state, cache = state_dir(service.name), cache_dir(service.name)
     # Ray's workers (vLLM's model ranks on this node) inherit the node's environment: the
     # server's own, as rendered on this node, without the driver's RAY_ADDRESS.
     served = render.render_service(service, platform, context)
@@ -85,15 +80,15 @@ def build_node(
         "working_directory": state,
         "state_directory": state.removeprefix("/var/lib/"),
         "cache_directory": cache.removeprefix("/var/cache/"),
-        "exec_start": f"{opts.launcher_dir}/{name}.launch",
+        "exec_start": opts.layout.launcher(name),
         "restart_sec": opts.restart_sec,
         **launcher.hardening(launch),
     }  # fmt: skip
     return ServiceUnit(
         name=name,
         platform=platform.name,
-        unit_path=f"{UNIT_DIR}/{name}.service",
-        launcher_path=f"{opts.launcher_dir}/{name}.launch",
+        unit_path=UnitLayout.unit(name),
+        launcher_path=opts.layout.launcher(name),
         ready_path="",
         secret_path=None,
         state_dir=state,

@@ -21,12 +21,12 @@ from acceldeploy.planner.modelconfig import ModelArch, load_model_arch
 from acceldeploy.planner.platforms import Platform
 from acceldeploy.serving import cluster
 from acceldeploy.serving.launchers import launcher_for
+from acceldeploy.serving.layout import cache_dir
 from acceldeploy.serving.service import Service
 
 AUTO_LEN_STEP = 1024
 DEFAULT_CEILING = 32768
 SECRET_ENV = "VLLM_API_KEY"
-CACHE_ROOT = "/var/cache/acceldeploy-vllm"
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,6 @@ class HostContext:
     gaudi_shapes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     host: str = ""  # the inventory hostname (a multi-node service's nodes name it)
     node_ips: Mapping[str, str] = field(default_factory=dict)  # every host's node address
-
-
-def cache_dir(name: str) -> str:
-    return f"{CACHE_ROOT}/{name}"
 
 
 @dataclass(frozen=True)

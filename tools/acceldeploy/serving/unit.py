@@ -23,8 +23,9 @@ from acceldeploy.data_files import DATA_DIR
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
 from acceldeploy.planner.stacks import DEFAULT_METRICS
-from acceldeploy.serving import render
+from acceldeploy.serving import layout
 from acceldeploy.serving.launchers import launcher_for
+from acceldeploy.serving.layout import UnitLayout, cache_dir, state_dir
 from acceldeploy.serving.render import Launch
 
 # The vllm_service role's templates, kept in the package (roles/vllm_service/templates/ holds
@@ -36,8 +37,6 @@ LAUNCHER_TEMPLATE = "vllm-launcher.sh.j2"
 HEADER = "Managed by acceldeploy (roles/vllm_service); `tools/plan.py render --unit` prints it"
 
 WILDCARD = ("0.0.0.0", "::", "")
-UNIT_DIR = "/etc/systemd/system"
-STATE_ROOT = "/var/lib/acceldeploy-vllm"
 READY_PYTHON = "/usr/bin/python3"
 # The series vllm-drain sums to count the requests in flight (stack roles, DEFAULT_METRICS).
 DRAIN_SERIES = ("running", "waiting")
@@ -97,6 +96,10 @@ class UnitOptions:
             raise AcceldeployError(f"{var_name('drain_timeout')} must be 0 or more seconds")
         return cls(**values)
 
+    @property
+    def layout(self) -> UnitLayout:
+        return UnitLayout(launcher_dir=self.launcher_dir, secret_dir=self.secret_dir)
+
     @classmethod
     def from_hostvars(cls, hostvars: Mapping[str, Any]) -> UnitOptions:
         return cls.from_vars(
@@ -121,24 +124,6 @@ def allowed_peers(values: Any) -> tuple[str, ...]:
         whole = net.prefixlen == net.max_prefixlen
         peers.append(str(net.network_address) if whole else str(net))
     return tuple(peers)
-
-
-def state_dir(name: str) -> str:
-    """A service's state directory (the unit's StateDirectory; Ray's session files too)."""
-    return f"{STATE_ROOT}/{name}"
-
-
-def unit_files(
-    unit: str, launcher_dir: str, secret_dir: str, last_good_dir: str, argcheck: bool = True
-) -> list[str]:
-    """The files the vllm_service role keeps for the unit named ``unit`` (a service's or a
-    node unit of its group): the unit, its launcher and secrets, and in ``last_good_dir`` the
-    rollback copies of the unit and launcher with, when ``argcheck`` (the unit has a parser
-    check), the check's digest. The no-op path watches them; remove.yml deletes them."""
-    files = [f"{UNIT_DIR}/{unit}.service", f"{launcher_dir}/{unit}.launch",
-             f"{secret_dir}/{unit}.env", f"{last_good_dir}/{unit}.service",
-             f"{last_good_dir}/{unit}.launch"]  # fmt: skip
-    return [*files, f"{last_good_dir}/{unit}.argcheck"] if argcheck else files
 
 
 def var_name(option: str) -> str:
@@ -218,16 +203,16 @@ class _Place:
 
     @classmethod
     def of(cls, launch: Launch, platform: Platform, opts: UnitOptions) -> _Place:
-        name = launch.name
+        name, files = launch.name, opts.layout
         return cls(
             name=name,
             state_dir=state_dir(name),
-            cache_dir=render.cache_dir(name),
-            launcher_path=f"{opts.launcher_dir}/{name}.launch",
-            ready_path=f"{opts.launcher_dir}/vllm-ready",
-            drain_path=f"{opts.launcher_dir}/vllm-drain",
-            ray_wait_path=f"{opts.launcher_dir}/ray-wait",
-            secret_path=f"{opts.secret_dir}/{name}.env" if launch.secret_env else None,
+            cache_dir=cache_dir(name),
+            launcher_path=files.launcher(name),
+            ready_path=files.helper(layout.READY),
+            drain_path=files.helper(layout.DRAIN),
+            ray_wait_path=files.helper(layout.RAY_WAIT),
+            secret_path=files.secrets(name) if launch.secret_env else None,
             base_url=f"http://{_url_host(launch.host)}:{launch.port}",
             timeout=opts.start_timeout or platform.start_timeout,
             groups=opts.groups if opts.groups is not None else platform.groups,
@@ -320,7 +305,7 @@ def build(
     return ServiceUnit(
         name=launch.name,
         platform=launch.platform,
-        unit_path=f"{UNIT_DIR}/{launch.name}.service",
+        unit_path=UnitLayout.unit(launch.name),
         launcher_path=place.launcher_path,
         ready_path=place.ready_path,
         secret_path=place.secret_path,
