@@ -47,7 +47,7 @@ from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.planner.stacks import STACK_VAR
 from acceldeploy.planner.vllmlog import parse_log
 from acceldeploy.serving.hostplan import host_launches
-from acceldeploy.serving.render import Launch
+from acceldeploy.serving.values import Launch
 from acceldeploy.verify.remote import free_port
 from acceldeploy_lab import REPO, engine_options, enginefacts, labenv
 from acceldeploy_lab.tinymodel import MODEL_ID

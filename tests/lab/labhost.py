@@ -20,7 +20,7 @@ from ansible_run import run_playbook
 
 from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.serving.hostplan import host_launches
-from acceldeploy.serving.render import Launch
+from acceldeploy.serving.values import Launch
 from acceldeploy.verify.gateway import runtime_api_command, server_states
 from acceldeploy_lab import tinymodel
 from acceldeploy_lab.mirror import default_mirror

@@ -25,7 +25,7 @@ from labhost import (
 from vllm_client import chat, http, image_url, wait_healthy
 
 from acceldeploy.downloads import wheelhouse
-from acceldeploy.serving.render import Launch
+from acceldeploy.serving.values import Launch
 from acceldeploy_lab import stack, tinymodel
 from acceldeploy_lab.mirror import default_mirror, served
 

@@ -17,7 +17,8 @@ from acceldeploy.inventory.roledefaults import role_defaults
 from acceldeploy.planner import stacks
 from acceldeploy.planner.platforms import get_platform, platform_names
 from acceldeploy.serving import hostplan
-from acceldeploy.serving.unit import UnitOptions, render_files, var_name
+from acceldeploy.serving.unit import render_files
+from acceldeploy.serving.values import UnitOptions, var_name
 from acceldeploy.verify import hoststate, remote, runner
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from acceldeploy.serving.launchers import (
     launcher_for,
     numa_binding,
 )
-from acceldeploy.serving.unit import UnitOptions
+from acceldeploy.serving.values import UnitOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 ASCEND = (str(ROOT / "inventory/examples/ascend-910b"), "npu-01")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.planner.vllmlog import parse_log
-from acceldeploy.serving.render import Launch
+from acceldeploy.serving.values import Launch
 from acceldeploy_lab.stackrecord import lab_launch
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,7 +28,8 @@ from acceldeploy.planner.engineopts import platform_engine
 from acceldeploy.planner.platforms import get_platform
 from acceldeploy.runtimes import ascend, gaudi, python_env
 from acceldeploy.serving import gaudi_launch, hostplan
-from acceldeploy.serving.unit import UnitOptions, build
+from acceldeploy.serving.unit import build
+from acceldeploy.serving.values import UnitOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 GAUDI = (str(ROOT / "inventory/examples/gaudi2"), "hpu-01")

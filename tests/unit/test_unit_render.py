@@ -17,7 +17,8 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.serving.hostplan import host_plan, plan_host
 from acceldeploy.serving.layout import UnitLayout
-from acceldeploy.serving.unit import UnitOptions, build, render_files
+from acceldeploy.serving.unit import build, render_files
+from acceldeploy.serving.values import UnitOptions
 from acceldeploy_lab.inventory import InventoryHost, write_inventory
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -44,7 +44,7 @@ def analyze_host_plan(plan: Any, where: Path, helpers: Iterable[str],
     """Every unit of one host plan (its vLLM services and node units), rendered with its
     launchers in `where` and checked by analyze_units; their names."""
     from acceldeploy.serving.hostplan import HostPlan
-    from acceldeploy.serving.unit import UnitOptions
+    from acceldeploy.serving.values import UnitOptions
 
     plan = HostPlan(plan.platform, plan.services, plan.context,
                     UnitOptions(launcher_dir=str(where)))  # fmt: skip

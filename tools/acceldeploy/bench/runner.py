@@ -22,8 +22,8 @@ from acceldeploy.bench import dataset, driver, report, series, summary, unitmemo
 from acceldeploy.bench.profiles import Profile
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.serving.hostplan import HostPlan
-from acceldeploy.serving.render import Launch
 from acceldeploy.serving.unit import ServiceUnit
+from acceldeploy.serving.values import Launch
 from acceldeploy.verify.remote import connection
 
 REMOTE_ROOT = "/var/tmp/acceldeploy-bench"

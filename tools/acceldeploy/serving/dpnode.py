@@ -16,9 +16,9 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
 from acceldeploy.serving import cluster, layout, render
 from acceldeploy.serving.launchers import launcher_for
-from acceldeploy.serving.render import HostContext
 from acceldeploy.serving.service import Service
-from acceldeploy.serving.unit import READY_PYTHON, ServiceUnit, UnitOptions, build
+from acceldeploy.serving.unit import READY_PYTHON, ServiceUnit, build
+from acceldeploy.serving.values import HostContext, UnitOptions
 
 # Seconds between its checks, and checks in a row that found the group broken: a node whose
 # peer vanished, or a rank whose head went away, is ended within ~15-25 s.

@@ -22,9 +22,10 @@ from acceldeploy.planner.engineopts import platform_engine
 from acceldeploy.planner.platforms import Platform, get_platform
 from acceldeploy.serving import cluster, dpnode, raynode, render
 from acceldeploy.serving.launchers import launcher_for
-from acceldeploy.serving.render import HostContext, Launch, render_service
+from acceldeploy.serving.render import render_service
 from acceldeploy.serving.service import Service, check_engine_values, parse_services
-from acceldeploy.serving.unit import ServiceUnit, UnitOptions, build, var_name
+from acceldeploy.serving.unit import ServiceUnit, build
+from acceldeploy.serving.values import HostContext, Launch, UnitOptions, var_name
 
 # {hostname: address} of the hosts a multi-node service names (with_node_ips fills it)
 NODE_IPS_VAR = "vllm_service_node_ips"

@@ -16,18 +16,14 @@ import posixpath
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import Platform
 from acceldeploy.runtimes.python_env import built_prefix, env_prefix
 from acceldeploy.serving import gaudi_launch
-from acceldeploy.serving.service import LOOPBACK, WILDCARDS
-
-if TYPE_CHECKING:
-    from acceldeploy.serving.render import Launch
-    from acceldeploy.serving.service import Service
-    from acceldeploy.serving.unit import UnitOptions
+from acceldeploy.serving.service import LOOPBACK, WILDCARDS, Service
+from acceldeploy.serving.values import Launch, UnitOptions
 
 # Parsed by vLLM's own `vllm serve` parser and checks, in the host's environment.
 ARGCHECK = """\

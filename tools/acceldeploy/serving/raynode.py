@@ -17,9 +17,9 @@ from acceldeploy.planner.platforms import Platform
 from acceldeploy.serving import backends, cluster, render
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.layout import UnitLayout, cache_dir, state_dir
-from acceldeploy.serving.render import HostContext
 from acceldeploy.serving.service import Service
-from acceldeploy.serving.unit import ServiceUnit, UnitOptions, env_value
+from acceldeploy.serving.unit import ServiceUnit, env_value
+from acceldeploy.serving.values import HostContext, UnitOptions
 
 RAY_TEMP = "ray"  # under the service's state directory: short enough for Ray's socket paths
 TEMPLATE = "ray-node.service.j2"  # beside vllm.service.j2 (unit.TEMPLATES)

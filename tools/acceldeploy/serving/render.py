@@ -8,9 +8,6 @@ service of a host; the unit and launcher templates only print what comes out.
 from __future__ import annotations
 
 import json
-import shlex
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
@@ -23,52 +20,11 @@ from acceldeploy.serving import cluster
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.layout import cache_dir
 from acceldeploy.serving.service import Service
+from acceldeploy.serving.values import HostContext, Launch
 
 AUTO_LEN_STEP = 1024
 DEFAULT_CEILING = 32768
 SECRET_ENV = "VLLM_API_KEY"
-
-
-@dataclass(frozen=True)
-class HostContext:
-    """What a host's inventory adds to its services: where models and the env live, and the
-    per-service traffic shapes Gaudi's bucketing is sized for."""
-
-    models_root: str = "/models"
-    env_prefix: str | None = None
-    gaudi_shapes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    host: str = ""  # the inventory hostname (a multi-node service's nodes name it)
-    node_ips: Mapping[str, str] = field(default_factory=dict)  # every host's node address
-
-
-@dataclass(frozen=True)
-class Launch:
-    name: str
-    model_path: str
-    argv: list[str]
-    env: dict[str, str]
-    secret_env: list[str]
-    platform: str
-    runtime: str
-    devices: list[int]
-    device_paths: list[str]
-    env_scripts: list[str]
-    port: int
-    host: str
-    max_model_len: int
-    kv: dict[str, Any]
-    # A multi-node service: its nodes {hostname: address}, the Ray unit and cluster it runs on.
-    nodes: dict[str, str] = field(default_factory=dict)
-    ray_unit: str | None = None
-    cluster_address: str | None = None
-
-    def command_line(self) -> str:
-        return shlex.join(self.argv)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["command_line"] = self.command_line()
-        return data
 
 
 def model_path(models_root: str, service: Service) -> str:

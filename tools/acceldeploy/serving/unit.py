@@ -12,10 +12,8 @@ and `plan.py render --unit` render the same templates (`render_files`).
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import posixpath
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +24,7 @@ from acceldeploy.planner.stacks import DEFAULT_METRICS
 from acceldeploy.serving import layout
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.layout import UnitLayout, cache_dir, state_dir
-from acceldeploy.serving.render import Launch
+from acceldeploy.serving.values import Launch, UnitOptions
 
 # The vllm_service role's templates, kept in the package (roles/vllm_service/templates/ holds
 # symlinks to them): the role renders them on the controller, and `plan.py render --unit`
@@ -40,95 +38,6 @@ WILDCARD = ("0.0.0.0", "::", "")
 READY_PYTHON = "/usr/bin/python3"
 # The series vllm-drain sums to count the requests in flight (stack roles, DEFAULT_METRICS).
 DRAIN_SERIES = ("running", "waiting")
-
-
-@dataclass(frozen=True)
-class UnitOptions:
-    """The vllm_service role's variables that shape units: field X is `vllm_service_X`
-    (tests/unit/test_unit_render.py checks this against the role's argument specs)."""
-
-    user: str = "vllm"
-    groups: tuple[str, ...] | None = None  # None: the platform's device groups
-    launcher_dir: str = "/usr/local/libexec/acceldeploy"
-    secret_dir: str = "/etc/acceldeploy/secrets"
-    start_timeout: int = 0  # 0: the platform's
-    restart_sec: int = 10
-    start_limit_burst: int = 3
-    # [{device, numa, cpus}] (gaudi_runtime records module_id / numa / cpus)
-    topology: tuple[Mapping[str, Any], ...] = ()
-    gaudi_image: str = ""  # "": the platform's pinned image
-    # ExecStop waits up to this long for in-flight requests before a planned stop (0: no wait)
-    drain_timeout: int = 120
-    drain_hook: str = ""  # run as root before that wait (take the host out of a balancer)
-    ready_hook: str = ""  # run as root once /health answers (put it back)
-    # Beyond loopback, the only addresses (with localhost) a service takes traffic from: the
-    # gateways and monitors in front of it. Empty: any.
-    allow_from: tuple[str, ...] = ()
-
-    @classmethod
-    def from_vars(cls, raw: Mapping[str, Any]) -> UnitOptions:
-        """From {field: value}; unknown keys refused. None, "" and [] keep the default (the
-        role passes every variable, some empty)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - names)
-        if unknown:
-            raise AcceldeployError(
-                f"vllm_service unit options {unknown} are unknown; allowed: {sorted(names)}"
-            )
-        values: dict[str, Any] = {k: v for k, v in raw.items() if v not in (None, "", [])}
-        if "groups" in values:
-            values["groups"] = tuple(str(v) for v in values["groups"])
-        if "topology" in values:
-            values["topology"] = tuple(dict(t) for t in values["topology"])
-        if "allow_from" in values:
-            values["allow_from"] = allowed_peers(values["allow_from"])
-        for key in ("start_timeout", "restart_sec", "start_limit_burst", "drain_timeout"):
-            if key in values:
-                values[key] = int(values[key])
-        for key in ("drain_hook", "ready_hook"):
-            hook = str(values.get(key, ""))
-            if hook and (not hook.startswith("/") or "\n" in hook):
-                raise AcceldeployError(
-                    f"{var_name(key)} must be one command line starting with an absolute path "
-                    f"(systemd runs it), got {hook!r}"
-                )
-        if values.get("drain_timeout", 0) < 0:
-            raise AcceldeployError(f"{var_name('drain_timeout')} must be 0 or more seconds")
-        return cls(**values)
-
-    @property
-    def layout(self) -> UnitLayout:
-        return UnitLayout(launcher_dir=self.launcher_dir, secret_dir=self.secret_dir)
-
-    @classmethod
-    def from_hostvars(cls, hostvars: Mapping[str, Any]) -> UnitOptions:
-        return cls.from_vars(
-            {f.name: hostvars.get(var_name(f.name)) for f in dataclasses.fields(cls)}
-        )
-
-
-def allowed_peers(values: Any) -> tuple[str, ...]:
-    """vllm_service_allow_from: IP addresses or prefixes (IPAddressAllow= takes no names)."""
-    if isinstance(values, str) or not isinstance(values, (list, tuple)):
-        raise AcceldeployError(f"{var_name('allow_from')} must be a list of IP addresses")
-    peers = []
-    for i, value in enumerate(values):
-        try:
-            net = ipaddress.ip_network(str(value), strict=False)
-        except ValueError:
-            raise AcceldeployError(
-                f"{var_name('allow_from')}[{i}]: {value!r} is not an IP address or prefix; give "
-                "the gateway's or monitor's address (set acceldeploy_node_ip on a host whose "
-                "ansible_host is a name)"
-            ) from None
-        whole = net.prefixlen == net.max_prefixlen
-        peers.append(str(net.network_address) if whole else str(net))
-    return tuple(peers)
-
-
-def var_name(option: str) -> str:
-    """The inventory / role variable of a unit option."""
-    return f"vllm_service_{option}"
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from acceldeploy.planner import enginefacts, stacks
 from acceldeploy.planner.engineopts import EngineOptions, platform_engine
 from acceldeploy.planner.platforms import get_platform
 from acceldeploy.serving.hostplan import host_launches
-from acceldeploy.serving.render import Launch
 from acceldeploy.serving.service import parse_services
+from acceldeploy.serving.values import Launch
 
 # Stack keys whose change is a move on the host, with how the advice names them.
 MOVES = (

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from acceldeploy.serving.render import Launch
 from acceldeploy.serving.service import on_host
+from acceldeploy.serving.values import Launch
 from acceldeploy.verify.model import Check
 
 

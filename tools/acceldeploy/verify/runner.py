@@ -15,9 +15,10 @@ from acceldeploy.inventory import groups
 from acceldeploy.monitor.targets import is_monitor
 from acceldeploy.serving import selection
 from acceldeploy.serving.hostplan import HostPlan, host_plan
-from acceldeploy.serving.render import Launch, model_arch
+from acceldeploy.serving.render import model_arch
 from acceldeploy.serving.service import Service
 from acceldeploy.serving.unit import cluster_check_argv
+from acceldeploy.serving.values import Launch
 from acceldeploy.verify import api, hoststate, memprobe
 from acceldeploy.verify.gateway import check_gateway
 from acceldeploy.verify.model import Check
