@@ -409,7 +409,7 @@ def test_without_rollback_the_crash_loop_stops_at_the_start_limit(
         ({"extra_args": {"enable-auto-tool-choice": True}}, "requires --tool-call-parser"),
         ({"tensor_parallel_size": 2, "devices": [0]}, "tensor_parallel_size is 2"),
         ({"max_model_len": 1000000}, "exceeds the model's max_position_embeddings 8192"),
-        ("two-services-one-port", "use the same port"),
+        ("two-services-one-port", "is also acceldeploy_services[0] (qwen3-vl).port"),
     ],
     ids=["vllm-parser", "tp-vs-devices", "too-long", "port-twice"],
 )

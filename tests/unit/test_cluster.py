@@ -390,7 +390,7 @@ def test_the_ray_port_may_not_be_a_service_port():
     services = [{"name": "big", "model": "org/m", "nodes": ["a", "b"], "pipeline_parallel_size": 2},
                 {"name": "small", "model": "org/n", "port": 6379}]  # fmt: skip
     with pytest.raises(AcceldeployError, match=r"acceldeploy_services\[0\] \(big\)\.cluster_port "
-                       r"6379 is also the port of service small"):  # fmt: skip
+                       r"6379 is also acceldeploy_services\[1\] \(small\)\.port"):  # fmt: skip
         parse_services(services, "cpu")
 
 

@@ -218,15 +218,15 @@ def test_a_growth_window_that_is_no_duration_stays_refused() -> None:
     ("extra", "says"),
     [
         ({"lab1": {"monitor_node_exporter_port": 8001}},
-         "lab1: monitor_node_exporter_port 8001 is also the port of service qwen3-vl "
-         "(acceldeploy_services[0] (qwen3-vl).port) on this host: node exporter would listen "
-         "on it too; give monitor_node_exporter_port another port"),
+         "lab1: monitor_node_exporter_port 8001 is also acceldeploy_services[0] (qwen3-vl).port "
+         "(the API of service qwen3-vl) on this host: node exporter would listen on it too; "
+         "give monitor_node_exporter_port another port"),
         ({"lab1": {"monitor_node_exporter_port": 2201}},
-         "lab1: monitor_node_exporter_port 2201 is also the SSH port (ansible_port, 22 when "
-         "unset) on this host"),
+         "lab1: monitor_node_exporter_port 2201 is also ansible_port (sshd, 22 when unset) on "
+         "this host"),
         ({"lab2": {"monitor_node_exporter_port": 22, "ansible_port": None}},
-         "lab2: monitor_node_exporter_port 22 is also the SSH port (ansible_port, 22 when "
-         "unset) on this host"),
+         "lab2: monitor_node_exporter_port 22 is also ansible_port (sshd, 22 when unset) on "
+         "this host"),
         ({"lab3": {"monitor_node_exporter_port": 9001}},
          "lab3: monitor_node_exporter_port 9001 is also gateway_frontends[0].port (the "
          "gateway's qwen3-vl frontend) on this host"),
@@ -289,13 +289,14 @@ def test_a_device_exporter_on_a_ray_port_or_on_node_exporters_is_refused(tmp_pat
     every = example(tmp_path, "ascend-910b-2node")
     every["npu-02"]["monitor_npu_exporter_port"] = 6380
     assert refused(targets.targets, every) == (
-        "npu-02: monitor_npu_exporter_port 6380 is also the Ray metrics port of service "
-        "deepseek-r1 (acceldeploy_services[0] (deepseek-r1).cluster_port + 1) on this host: "
-        "npu-exporter would listen on it too; give monitor_npu_exporter_port another port"
+        "npu-02: monitor_npu_exporter_port 6380 is also acceldeploy_services[0] (deepseek-r1)"
+        ".cluster_port (the Ray metrics of service deepseek-r1, on cluster_port + 1) on this "
+        "host: npu-exporter would listen on it too; give monitor_npu_exporter_port another port"
     )
     every["npu-02"]["monitor_npu_exporter_port"] = 9100
     assert refused(targets.targets, every).startswith(
-        "npu-02: monitor_npu_exporter_port 9100 is also monitor_node_exporter_port on this host"
+        "npu-02: monitor_npu_exporter_port 9100 is also monitor_node_exporter_port (node "
+        "exporter) on this host"
     )
 
 
@@ -338,8 +339,9 @@ def test_a_gateway_frontend_on_the_port_of_its_own_service_is_refused(tmp_path: 
     frontends = [{"service": "qwen3-vl", "port": 8003}]
     _, every = lab(tmp_path, lab3={"acceldeploy_serves": True, "gateway_frontends": frontends})
     assert refused(gateway_plan, every, "lab3") == (
-        "gateway_frontends[0].port 8003 is also the port of service qwen3-vl on lab3, which is a "
-        "gateway and serves as well: give the frontend another port"
+        "lab3: gateway_frontends[0].port 8003 is also acceldeploy_services[0] (qwen3-vl).port "
+        "(the API of service qwen3-vl) on this host: the gateway's qwen3-vl frontend would "
+        "listen on it too; give gateway_frontends[0].port another port"
     )
 
 
@@ -354,9 +356,8 @@ def test_prometheus_on_the_port_of_the_monitors_own_service_is_refused(tmp_path:
     serving = {"acceldeploy_serves": True, "acceldeploy_platform": "cpu"}
     _, every = lab(tmp_path, lab4={**serving, "monitor_prometheus_port": 8004})
     assert refused(targets.targets, every) == (
-        "lab4: monitor_prometheus_port 8004 is also the port of service qwen3-vl "
-        "(acceldeploy_services[0] (qwen3-vl).port) on this host: Prometheus would listen on it "
-        "too; give "
+        "lab4: monitor_prometheus_port 8004 is also acceldeploy_services[0] (qwen3-vl).port "
+        "(the API of service qwen3-vl) on this host: Prometheus would listen on it too; give "
         "monitor_prometheus_port another port"
     )
 
@@ -443,7 +444,7 @@ def test_the_roles_plans_pass_the_labs_inventory(tmp_path: Path) -> None:
          ["monitor_scrape_interval must be a Prometheus duration above 0",
           "monitor_retention must be a Prometheus duration above 0"]),
         ([], {"lab1": {"monitor_node_exporter_port": 8001}},
-         ["lab1: monitor_node_exporter_port 8001 is also the port of service qwen3-vl"]),
+         ["lab1: monitor_node_exporter_port 8001 is also acceldeploy_services[0] (qwen3-vl)"]),
         ([], {"lab4": {"acceldeploy_services": [OTHER]}},
          ["lab4: acceldeploy_services gives it other, which no serving host runs"]),
     ],

@@ -180,7 +180,7 @@ def test_a_gaudi_service_is_checked_against_the_forks_options():
                     {"name": "b", "model": "Qwen/Qwen3-8B", "devices": [1]},
                 ],
             },
-            "same port 8000",
+            "(b).port 8000 is also acceldeploy_services[0] (a).port",
         ),
         (
             {

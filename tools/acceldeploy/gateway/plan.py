@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import groups, nonserving, roledefaults
+from acceldeploy.inventory import groups, listeners, nonserving, roledefaults
 from acceldeploy.serving.service import (
     LOOPBACK,
     WILDCARDS,
@@ -18,6 +18,7 @@ from acceldeploy.serving.service import (
     on_host,
     parse_services,
     reached_by,
+    service_listeners,
 )
 
 VAR = "gateway_frontends"
@@ -154,9 +155,6 @@ def plan(
     _keys(served)
     services = (view.get("services") for view in serving.values())
     nonserving.refuse_unserved(GROUP, gateway_services or {}, services)
-    ports: dict[int, str] = {}
-    if settings.stats_port:
-        ports[settings.stats_port] = "gateway_stats_port"
     result = []
     for i, raw in enumerate(frontends):
         var = f"{VAR}[{i}]"
@@ -170,9 +168,6 @@ def plan(
                 f"{known})"
             )
         port = _port(raw.get("port"), f"{var}.port")
-        if port in ports:
-            raise AcceldeployError(f"{var}.port {port} is also {ports[port]}: give each its own")
-        ports[port] = f"{var}.port"
         bind = str(raw.get("bind") or settings.bind)
         if bind not in LOOPBACK and not (settings.client_keys or settings.allow_unauthenticated):
             raise AcceldeployError(
@@ -183,25 +178,13 @@ def plan(
         offered = [_server(h, a, s, gateways, var) for h, a, s in served[str(name)]]
         servers = _pick(raw.get("servers"), offered, str(name), f"{var}.servers")
         result.append(Frontend(str(name), port, bind, servers))
-    _apart_from_services(ports, served, gateways)
+    haproxy = listeners.gateway(frontends, settings.stats_port)
+    listeners.check(haproxy)
+    # A gateway that serves as well (acceldeploy_serves): its services' ports come first.
+    for host in sorted(gateways):
+        own = [s for hosts in served.values() for h, _, s in hosts if h == host]
+        listeners.check([*service_listeners(own, host), *haproxy], host)
     return result
-
-
-def _apart_from_services(
-    ports: Mapping[int, str],
-    served: Mapping[str, list[tuple[str, str, Service]]],
-    gateways: Mapping[str, str],
-) -> None:
-    """A gateway that serves as well (acceldeploy_serves): HAProxy's ports (ports: {port: its
-    variable}) are none of its own services' ports."""
-    for name, hosts in sorted(served.items()):
-        for host, _, service in hosts:
-            if host in gateways and service.port in ports:
-                raise AcceldeployError(
-                    f"{ports[service.port]} {service.port} is also the port of service {name} "
-                    f"on {host}, which is a gateway and serves as well: give the frontend "
-                    "another port"
-                )
 
 
 def _keys(served: Mapping[str, list[tuple[str, str, Service]]]) -> dict[str, str]:

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import groups, nonserving, roledefaults
+from acceldeploy.inventory import groups, listeners, nonserving, roledefaults
+from acceldeploy.inventory.listeners import Listener
 from acceldeploy.monitor import device_exporters, rules
 from acceldeploy.planner.stacks import STACK_VAR, STACKS_FILE, host_stack, metric_names
 from acceldeploy.serving import cluster
-from acceldeploy.serving.service import parse_services, reached_by
+from acceldeploy.serving.service import parse_services, reached_by, service_listeners
 
 GROUP = groups.MONITORS
 JOBS = ("vllm", "node", "ray", "npu", "gaudi")
@@ -127,59 +128,18 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
     return found
 
 
-def _whole(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    text = str(value).strip()
-    return int(text) if text.isdigit() else None
-
-
-def _gateway_ports(hostvars: Mapping[str, Any]) -> list[tuple[int, str]]:
-    """(port, what) of a gateway host's HAProxy: its frontends and its stats page."""
-    taken = []
-    frontends = roledefaults.value(hostvars, "gateway_frontends")
-    for i, frontend in enumerate(frontends if isinstance(frontends, list) else []):
-        port = _whole(frontend.get("port")) if isinstance(frontend, Mapping) else None
-        if port:
-            service = frontend.get("service")
-            taken.append((port, f"gateway_frontends[{i}].port (the gateway's {service} frontend)"))
-    stats = _whole(roledefaults.value(hostvars, "gateway_stats_port"))
-    if stats:
-        taken.append((stats, "gateway_stats_port (the gateway's stats page)"))
-    return taken
-
-
-def _taken(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> list[tuple[int, str]]:
-    """(port, what) the inventory already gives a host: SSH, its services' (and their Ray's),
-    a gateway's HAProxy."""
-    ssh = _whole(hostvars.get("ansible_port") or 22)
-    taken = [(ssh, "the SSH port (ansible_port, 22 when unset)")] if ssh else []
-    for s in services:
-        head = not s.nodes or s.nodes[0] == host
-        if head:
-            taken.append((s.port, f"the port of service {s.name} ({s.where}.port)"))
-        if s.backend:
-            taken += s.backend.group_ports(s.cluster_port, head, s.name, s.where)
-    if groups.in_group(hostvars, groups.GATEWAYS):
-        taken += _gateway_ports(hostvars)
-    return taken
-
-
 def _own_ports(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> None:
     """Prometheus (on a monitor, which may serve as well) and each exporter on a port of its
-    own: none on a port the inventory already gives the host, nor two on one."""
-    taken = _taken(host, hostvars, services)
-    listeners = [(var, port) for _, var, port in exporters(hostvars)]
+    own: none on a port the inventory already gives the host (SSH, its services and their
+    groups', a gateway's HAProxy), nor two on one."""
+    taken = [*listeners.ssh(hostvars), *service_listeners(services, host)]
+    if groups.in_group(hostvars, groups.GATEWAYS):
+        taken += listeners.gateway_of(hostvars)
+    own = [Listener(port, var, LISTENERS[var]) for _, var, port in exporters(hostvars)]
     if is_monitor(hostvars):
-        listeners.insert(0, (PROMETHEUS_PORT, int(roledefaults.value(hostvars, PROMETHEUS_PORT))))
-    for var, port in listeners:
-        clash = next((what for used, what in taken if used == port), None)
-        if clash:
-            raise AcceldeployError(
-                f"{host}: {var} {port} is also {clash} on this host: {LISTENERS[var]} would "
-                f"listen on it too; give {var} another port"
-            )
-        taken.append((port, f"{var} (Prometheus)" if var == PROMETHEUS_PORT else var))
+        port = int(roledefaults.value(hostvars, PROMETHEUS_PORT))
+        own.insert(0, Listener(port, PROMETHEUS_PORT, LISTENERS[PROMETHEUS_PORT]))
+    listeners.check([*taken, *own], host)
 
 
 # The variable naming another stacks file (python_env's), as the hosts' other roles read it.

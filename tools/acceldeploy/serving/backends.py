@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory.listeners import Listener
 
 
 class NodePlace(Protocol):
@@ -82,14 +83,14 @@ class Backend:
                 f"cluster_port another port (default {self.default_cluster_port})"
             )
 
-    def group_ports(
+    def listeners(
         self, cluster_port: int, is_head: bool, service: str, where: str
-    ) -> list[tuple[int, str]]:
-        """(port, what) a node of the group listens on besides the API port."""
+    ) -> list[Listener]:
+        """What a node of the group listens on besides the API port."""
         if not is_head:
             return []
-        what = f"the {self.cluster_port_kind} port of service {service} ({where}.cluster_port)"
-        return [(cluster_port, what)]
+        what = f"the {self.cluster_port_kind} port of service {service}"
+        return [Listener(cluster_port, f"{where}.cluster_port", what)]
 
     def flags(self, nodes: Sequence[str], cluster_port: int, place: NodePlace) -> Mapping[str, Any]:
         """The group's `vllm serve` flags on this node."""
@@ -117,12 +118,12 @@ class Ray(Backend):
                 f"port; give cluster_port another port (default {self.default_cluster_port})"
             )
 
-    def group_ports(
+    def listeners(
         self, cluster_port: int, is_head: bool, service: str, where: str
-    ) -> list[tuple[int, str]]:
-        what = f"the Ray metrics port of service {service} ({where}.cluster_port + 1)"
-        metrics = (self.node_metrics_port(cluster_port), what)
-        return [*super().group_ports(cluster_port, is_head, service, where), metrics]
+    ) -> list[Listener]:
+        what = f"the Ray metrics of service {service}, on cluster_port + 1"
+        metrics = Listener(self.node_metrics_port(cluster_port), f"{where}.cluster_port", what)
+        return [*super().listeners(cluster_port, is_head, service, where), metrics]
 
     def flags(self, nodes: Sequence[str], cluster_port: int, place: NodePlace) -> Mapping[str, Any]:
         return {"distributed-executor-backend": "ray"}

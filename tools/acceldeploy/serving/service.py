@@ -17,6 +17,8 @@ from typing import Any
 
 from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import listeners
+from acceldeploy.inventory.listeners import Listener
 from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
 from acceldeploy.planner import catalog
 from acceldeploy.planner.engineopts import EngineOptions, option_name
@@ -533,13 +535,12 @@ def parse_services(raw: Any, platform: str) -> list[Service]:
     services = [parse_service(s, platform, i) for i, s in enumerate(raw)]
     seen: dict[str, str] = {}
     for s in services:
-        for key, what in ((f"name:{s.name}", "name"), (f"port:{s.port}", "port")):
-            if key in seen:
-                raise AcceldeployError(
-                    f"services {seen[key]} and {s.name} use the same {what} "
-                    f"{key.split(':', 1)[1]}; give each its own"
-                )
-            seen[key] = s.name
+        if f"name:{s.name}" in seen:
+            raise AcceldeployError(
+                f"services {seen[f'name:{s.name}']} and {s.name} use the same name {s.name}; "
+                "give each its own"
+            )
+        seen[f"name:{s.name}"] = s.name
         for d in s.devices:
             key = f"device:{d}"
             if key in seen:
@@ -548,14 +549,22 @@ def parse_services(raw: Any, platform: str) -> list[Service]:
                     "its own devices"
                 )
             seen[key] = s.name
-    for s, other in ((s, o) for s in services for o in services if s.nodes and o is not s):
-        if other.port == s.cluster_port:
-            raise AcceldeployError(
-                f"{s.where}.cluster_port {s.cluster_port} is also the port of service "
-                f"{other.name} ({other.where}.port) on this host: the head would listen "
-                "on it too; give each its own"
-            )
+    listeners.check(service_listeners(services))
     return services
+
+
+def service_listeners(services: Iterable[Service], host: str | None = None) -> list[Listener]:
+    """What a host's services listen on: each one's API (on a group's head), then its group's
+    ports (backends.py). `host` None: as the head of every group (the services alone, before
+    the host is known)."""
+    found, group = [], []
+    for s in services:
+        head = not s.nodes or host in (None, s.nodes[0])
+        if head:
+            found.append(Listener(s.port, f"{s.where}.port", f"the API of service {s.name}"))
+        if s.backend:
+            group += s.backend.listeners(s.cluster_port, head, s.name, s.where)
+    return found + group
 
 
 def check_engine_values(service: Service, engine: EngineOptions) -> None:
