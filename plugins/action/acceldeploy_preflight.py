@@ -25,6 +25,8 @@ from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups as fleet_groups
 from acceldeploy.inventory.ansible_adapter import plain
+from acceldeploy.planner import defects
+from acceldeploy.planner.stacks import load_stacks
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 # What every host's scope takes from the task's own variables (the run's, not the host's).
@@ -159,7 +161,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             ],
             msg=f"{len(hosts) - len(self._errors)} of {len(hosts)} hosts' inputs passed",
         )
+        warnings = [line for host in ok if (line := self._defects(host))]
+        if warnings:
+            result["warnings"] = warnings
         return result
+
+    def _defects(self, host: str) -> str:
+        """One line when the host's stack has known defects (a warning, not a refusal)."""
+        view = self._facts[host].get("vllm_service_node_view") or {}
+        entry = load_stacks().get(str(view.get("stack") or ""))
+        return defects.warning(host, entry) if entry else ""
 
     def _role_file(self, role: str, kind: str) -> dict[str, Any]:
         """roles/<role>/<kind>/main.yml as Ansible loads it (its templates trusted)."""

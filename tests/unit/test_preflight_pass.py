@@ -123,3 +123,30 @@ def test_a_gateway_certificate_that_is_not_there_stops_the_run_before_any_change
         "chain and key) there before the run, or leave gateway_tls_certificate empty for no TLS"
     ]
     assert not missing.parent.exists()
+
+
+def test_a_host_on_a_stack_with_known_defects_is_warned_in_one_line(tmp_path: Path) -> None:
+    """The default Ascend stack carries the torch-npu 2.8.0 leak (versions/stacks.yml
+    known_defects): preflight passes and warns once per host, naming the stack and each
+    defect; a warning, not a refusal."""
+    import shutil
+
+    inventory = tmp_path / "ascend-910b"
+    shutil.copytree(ROOT / "inventory/examples/ascend-910b", inventory)
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    names = sorted(hosts["all"]["children"]["ascend"]["hosts"])
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    for host in names:
+        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(CLOSED))
+    code, data = run_preflight(inventory)
+    tasks = {t["task"]["name"]: t["hosts"] for t in data["plays"][0]["tasks"]}
+    ((_, result),) = tasks[PASS_TASK].items()
+    assert not any(r.get("failed") for r in tasks[HOST_TASK].values())
+    assert sorted(result["warnings"]) == [
+        f"{host}: stack ascend-vllm-0.12.0rc1 has known defects: torch-npu-2.8.0-memory-leak "
+        "(torch-npu 2.8.0 (vllm-ascend 0.12.0rc1's wheel metadata pins torch-npu==2.8.0)), "
+        "dp-execute-model-timeout (worked around: execute_model_timeout); what each does and "
+        "its fix: acceldeploy plan stacks"
+        for host in names
+    ]
+    assert code != 0  # the hosts are at a closed port: the first contact fails, after the pass

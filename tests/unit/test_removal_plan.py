@@ -98,7 +98,10 @@ def test_a_name_no_host_runs_is_refused_unless_said_dropped() -> None:
         "already, add -e acceldeploy_remove_dropped=true to look for it on every serving host "
         "(lab1, lab2)"
     )
-    with pytest.raises(AcceldeployError, match="acceldeploy_remove_dropped must be true or false"):
+    with pytest.raises(
+        AcceldeployError,
+        match="acceldeploy_remove_dropped: 'perhaps' is not a boolean; use true or false",
+    ):
         plan({"service": "qwn3-vl", "dropped": "perhaps"}, views, {})
     with pytest.raises(AcceldeployError, match="goes with acceldeploy_remove_service only"):
         plan({"host": "lab2", "dropped": True}, views, {})

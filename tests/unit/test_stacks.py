@@ -141,7 +141,8 @@ def test_a_known_defect_out_of_shape_is_refused_naming_the_stack_and_key(tmp_pat
         stacks.load_stacks(path)
     assert str(exc.value) == (
         "stack cpu-vllm-0.12.0: known_defects[0].workaround 'pray' is not one the roles apply; "
-        f"use amx_tile_permission or drop it in {path}; stack cpu-vllm-0.12.0: "
+        "use amx_tile_permission, hccl_connect_timeout, execute_model_timeout or drop it in "
+        f"{path}; stack cpu-vllm-0.12.0: "
         "known_defects[1]: lacks component, source, fix; unknown keys comment; use id, what, "
         f"component, source, fix (and workaround) in {path}"
     )

@@ -126,3 +126,76 @@ def test_the_facts_recorder_reads_envs_py_and_an_exposition(tmp_path: Path) -> N
     document = json.loads(written.read_text())
     assert document["env"]["names"] == ["VLLM_A", "VLLM_B"]
     assert document["metrics"]["families"] == {"vllm:x_total": "counter"}
+
+
+def ascend_example(tmp_path: Path, extra: dict[str, Any] | None = None) -> str:
+    inventory = tmp_path / "ascend-910b"
+    shutil.copytree(REPO / "inventory/examples/ascend-910b", inventory)
+    if extra:
+        group = inventory / "group_vars" / "all.yml"
+        group.write_text(yaml.safe_dump({**yaml.safe_load(group.read_text()), **extra}))
+    return str(inventory)
+
+
+CANN_9_1 = {
+    "ascend_runtime_cann_install": True,
+    "ascend_runtime_cann_toolkit_package": "https://repo.internal/Ascend-cann-toolkit_9.1.0_linux-aarch64.run",
+    "ascend_runtime_cann_kernels_package": "/srv/Ascend-cann-kernels-910b_9.1.0_linux-aarch64.run",
+    "ascend_runtime_cann_nnal_package": "/srv/Ascend-cann-nnal_9.1.0_linux-aarch64.run",
+}  # fmt: skip
+
+
+def test_an_ascend_move_to_another_cann_blocks_until_the_role_installs_it(tmp_path: Path) -> None:
+    every = hosts_vars(ascend_example(tmp_path))
+    (runtime,) = [f for f in upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.23.0")
+                  if f.kind == "runtime"]  # fmt: skip
+    assert runtime.blocking and runtime.what == "CANN"
+    assert runtime.detail.startswith(
+        "CANN 8.3.RC2 -> 9.1.0: the runtime stage refuses a host whose CANN is not 9.1.0: "
+        "install CANN 9.1.0 on the hosts first, or set ascend_runtime_cann_install: true and "
+        "ascend_runtime_cann_toolkit_package, ascend_runtime_cann_kernels_package, "
+        "ascend_runtime_cann_nnal_package to the CANN 9.1.0 .run packages"
+    )
+    # with the role told to install it, and the three packages of 9.1.0: the steps, in order
+    every = hosts_vars(ascend_example(tmp_path / "set", CANN_9_1))
+    found = upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.23.0")
+    (runtime,) = [f for f in found if f.kind == "runtime"]
+    assert not any(f.blocking for f in found), [f for f in found if f.blocking]
+    steps = runtime.detail.split(": ", 2)[2]
+    assert steps.startswith("1. download https://repo.internal/Ascend-cann-toolkit_9.1.0_linux-")
+    assert "--full" in steps and "2. bash /srv/Ascend-cann-kernels-910b_9.1.0" in steps
+    assert "3. bash -c 'source /usr/local/Ascend/ascend-toolkit/set_env.sh" in steps
+    # a package of another CANN blocks, naming the variable
+    wrong = {
+        **CANN_9_1,
+        "ascend_runtime_cann_nnal_package": "/srv/Ascend-cann-nnal_8.5.0_linux-aarch64.run",
+    }
+    every = hosts_vars(ascend_example(tmp_path / "wrong", wrong))
+    (runtime,) = [f for f in upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.23.0")
+                  if f.kind == "runtime"]  # fmt: skip
+    assert runtime.blocking and "ascend_runtime_cann_nnal_package is CANN 8.5.0" in runtime.detail
+
+
+def test_the_advisor_names_the_defects_a_move_fixes_and_brings(tmp_path: Path) -> None:
+    every = hosts_vars(ascend_example(tmp_path))
+    found = {f.what: f.detail for f in upgrade.advise_host("npu-01", every["npu-01"],
+                                                          "ascend-vllm-0.13.0") if f.kind == "defect"}  # fmt: skip
+    assert found["torch-npu-2.8.0-memory-leak"].startswith("fixed by the move: ")
+    assert found["host-memory-leak-0.13"].startswith("brought by the move: ")
+    assert "dp-execute-model-timeout" not in found  # on both stacks
+
+
+def test_a_stack_workaround_gives_every_node_of_a_group_the_same_env(tmp_path: Path) -> None:
+    from acceldeploy.serving.hostplan import host_launches
+    from acceldeploy.serving.selection import every_host
+
+    every = every_host(str(REPO / "inventory/examples/ascend-910b-2node"))
+    for host in ("npu-01", "npu-02"):
+        moved = {**every[host], "acceldeploy_stack": "ascend-vllm-0.23.0"}
+        launches = host_launches(moved)
+        for launch in launches:
+            assert launch.env["HCCL_CONNECT_TIMEOUT"] == "900"
+            assert launch.env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3000"
+    single = hosts_vars(str(REPO / "inventory/examples/ascend-910b"))["npu-01"]
+    (launch,) = host_launches({**single, "acceldeploy_stack": "ascend-vllm-0.23.0"})
+    assert "HCCL_CONNECT_TIMEOUT" not in launch.env  # a service on one host has no group

@@ -14,6 +14,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.hosttuning import kernelargs
+from acceldeploy.inventory import bounds
 
 SYSCTL_KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_\-]+)+$")
 UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\-]+$")
@@ -24,8 +25,6 @@ CPUFREQ_GOVERNORS = frozenset(
 )
 # What Ansible's `bool` filter reads without a deprecation warning (its own list): a switch
 # that passes here reads the same in the role's `when: host_tuning_<concern>_enabled | bool`.
-TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
-FALSE_WORDS = frozenset({"false", "no", "off", "0"})
 
 
 # --------------------------------------------------------------------------- value checks
@@ -36,15 +35,7 @@ def _var(name: str) -> str:
 
 
 def as_bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in TRUE_WORDS:
-        return True
-    if isinstance(value, str) and value.lower() in FALSE_WORDS:
-        return False
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise AcceldeployError(f"{_var(name)}: {value!r} is not a boolean; use true or false")
+    return bounds.flag(value, _var(name))
 
 
 def as_int(value: Any, name: str, minimum: int | None = None, maximum: int | None = None) -> int:

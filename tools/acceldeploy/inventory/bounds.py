@@ -39,6 +39,23 @@ class Bound:
         return f"{kind} from {_shown(self.low)} to {_shown(self.high)} ({self.unit}{note})"
 
 
+# The words a true/false variable may arrive as (-e NAME=true is a string).
+TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
+FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+
+
+def flag(value: Any, name: str) -> bool:
+    """A true/false variable as Ansible passes it: a boolean, 0 or 1, or one of the words."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    word = value.lower() if isinstance(value, str) else None
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise AcceldeployError(f"{name}: {value!r} is not a boolean; use true or false")
+
+
 def _shown(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else str(number)
 

@@ -18,15 +18,33 @@ operator to read (`acceldeploy plan stacks`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-# The workarounds the roles can apply: id -> what it does.
+
+@dataclass(frozen=True)
+class Workaround:
+    does: str
+    # What every node of a multi-node service starts with, the same on each (cluster.node_env).
+    group_env: Mapping[str, str] = field(default_factory=dict)
+
+
+# The workarounds the roles can apply.
 WORKAROUNDS = {
-    "amx_tile_permission": (
+    "amx_tile_permission": Workaround(
         "python_env puts a .pth file in the environment's site-packages that asks Linux for the "
         "AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM) when each of its Pythons starts, the "
         "spawned workers included; a no-op on a CPU without AMX"
+    ),
+    "hccl_connect_timeout": Workaround(
+        "every node of a multi-node service starts with HCCL_CONNECT_TIMEOUT=900, the same on "
+        "every rank",
+        {"HCCL_CONNECT_TIMEOUT": "900"},
+    ),
+    "execute_model_timeout": Workaround(
+        "every node of a multi-node service starts with VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=3000, "
+        "above HCCL's 1836 s op timeout (what vllm-ascend PR 13233 sets on later releases)",
+        {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3000"},
     ),
 }
 KEYS = ("id", "what", "component", "source", "fix")
@@ -40,6 +58,12 @@ class Defect:
     source: str
     fix: str
     workaround: str = ""
+
+    def applied(self) -> str:
+        """What the roles do about it, as a sentence ("" when nothing)."""
+        if not self.workaround:
+            return ""
+        return f"Worked around ({self.workaround}): {WORKAROUNDS[self.workaround].does}."
 
 
 def errors(entry: Mapping[str, Any]) -> list[str]:
@@ -80,6 +104,26 @@ def known_defects(entry: Mapping[str, Any]) -> list[Defect]:
         Defect(**{k: " ".join(str(v).split()) for k, v in item.items()})
         for item in entry.get("known_defects") or []
     ]
+
+
+def warning(host: str, entry: Mapping[str, Any]) -> str:
+    """Preflight's one line for a host on a stack with known defects ("" when it has none)."""
+    found = known_defects(entry)
+    if not found:
+        return ""
+    said = ", ".join(
+        f"{d.id} ({'worked around: ' + d.workaround if d.workaround else d.component})"
+        for d in found
+    )
+    return (
+        f"{host}: stack {entry['name']} has known defects: {said}; what each does and its fix: "
+        "acceldeploy plan stacks"
+    )
+
+
+def group_env(entry: Mapping[str, Any]) -> dict[str, str]:
+    """What the stack's workarounds give every node of a multi-node service."""
+    return {k: v for w in workarounds(entry) for k, v in WORKAROUNDS[w].group_env.items()}
 
 
 def workarounds(entry: Mapping[str, Any]) -> list[str]:

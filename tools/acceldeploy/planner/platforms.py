@@ -16,6 +16,7 @@ from typing import Any
 
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner import defects
 from acceldeploy.planner.stacks import bucketing, engine_additions, host_stack, metric_names
 from acceldeploy.platforms import PlatformBehaviour, for_name
 
@@ -46,6 +47,8 @@ class Platform:
     # Multi-node: each node's own variables ({ip}: its address) and the variables that name
     # the NIC the collectives use (cluster.node_env).
     node_env: dict[str, str] = field(default_factory=dict)
+    # What every node of a multi-node service starts with: the stack's workarounds' (defects.py).
+    group_env: dict[str, str] = field(default_factory=dict)
     interface_env: tuple[str, ...] = ()
     ray_resource: str = "CPU"  # what Ray counts this platform's devices as
     stack: str = ""  # the stack's name (versions/stacks.yml)
@@ -109,6 +112,7 @@ def get_platform(name: str, stacks_file: str | None = None, stack_name: str = ""
         image=str(pins.get("image") or ""),
         container_run_args=tuple(str(a) for a in pins.get("docker_run_args") or ()),
         node_env={k: str(v) for k, v in (raw.get("node_env") or {}).items()},
+        group_env=defects.group_env(pins),
         interface_env=tuple(str(v) for v in raw.get("interface_env") or ()),
         ray_resource=str(raw.get("ray_resource") or "CPU"),
         stack=str(pins["name"]),

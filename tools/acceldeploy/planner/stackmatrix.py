@@ -106,8 +106,8 @@ def defect_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     found = []
     for r in rows:
         for d in r["known_defects"]:
-            applied = f" Worked around: {d['workaround']}." if d["workaround"] else ""
-            found.append([r["stack"], d["component"], d["what"], d["fix"] + applied, d["source"]])
+            fix = " ".join(filter(None, [d["fix"], defects.Defect(**d).applied()]))
+            found.append([r["stack"], d["component"], d["what"], fix, d["source"]])
     return found
 
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import bounds
 from acceldeploy.inventory.roledefaults import value
 from acceldeploy.modelref import model_dir, parse_model_ref
 from acceldeploy.runtimes.python_env import STAGING_KEY_CHARS, build_dir, env_prefix
@@ -95,15 +96,8 @@ class Removal:
 
 
 def _flag(name: str, given: Any) -> bool:
-    """A true/false extra variable (-e NAME=true arrives as a string)."""
-    if isinstance(given, bool):
-        return given
-    word = str(given or "").strip().lower()
-    if word in ("", "false", "no", "0"):
-        return False
-    if word in ("true", "yes", "1"):
-        return True
-    raise AcceldeployError(f"{name} must be true or false, got {given!r}")
+    """A true/false extra variable; unset is false."""
+    return False if given in (None, "") else bounds.flag(given, name)
 
 
 def choose(values: Mapping[str, Any]) -> tuple[str, str]:

@@ -221,6 +221,37 @@ def _cann_install_plan(
     return plan
 
 
+def cann_move(inputs: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """What moving a host to the stack ``target`` needs of its CANN, from the role's inputs
+    alone (ascend_runtime_cann_install and the three packages): (what blocks it, the install
+    steps in order). The runtime stage refuses a host whose CANN is not its stack's unless the
+    role installs it."""
+    required = str(target["cann"])
+    given = inputs.get("cann_packages") or {}
+    packages = {kind: str(given.get(kind) or "") for kind in CANN_KINDS}
+    names = ", ".join(f"ascend_runtime_cann_{kind}_package" for kind in CANN_KINDS)
+    if not inputs.get("cann_install"):
+        return [
+            f"the runtime stage refuses a host whose CANN is not {required}: install CANN "
+            f"{required} on the hosts first, or set ascend_runtime_cann_install: true and "
+            f"{names} to the CANN {required} .run packages (the role installs them)"
+        ], []
+    blocks, steps = [], []
+    toolkit_env = str(target["env_scripts"][0])
+    for kind in CANN_KINDS:
+        try:
+            _check_cann_package_input(kind, packages[kind], dict(inputs), dict(target))
+        except AcceldeployError as exc:
+            blocks.append(str(exc))
+            continue
+        step = _cann_install_step(
+            dict(inputs), kind, packages[kind], cann_package(packages[kind])["name"], toolkit_env
+        )
+        fetch = f"download {step['src']} to {step['path']}, then " if step["download"] else ""
+        steps.append(f"{fetch}{shlex.join(step['argv'])}")
+    return blocks, steps
+
+
 def _check_cann_package_input(
     kind: str, src: str, inputs: dict[str, Any], stack_entry: dict[str, Any]
 ) -> None:

@@ -134,7 +134,7 @@ def node_env(platform: Platform, where: Place) -> dict[str, str]:
     """The network variables of one node: its own address, the NIC the collectives use (a
     wrong NIC picked by Gloo or HCCL is the commonest multi-node failure) and the platform's
     own per-node variables (data/platforms.yml node_env; `{ip}` is the node's address)."""
-    env = {"VLLM_HOST_IP": where.ip}
+    env = {**platform.group_env, "VLLM_HOST_IP": where.ip}
     nic = where.service.network_interface
     if nic:
         env.update({name: nic for name in platform.interface_env})

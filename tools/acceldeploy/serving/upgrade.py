@@ -9,6 +9,9 @@ service:
 - metric: a series the bench, the monitor, ``top`` and ``report`` read (the stack's metric
   names) that the target's recorded ``/metrics`` lacks, or that it names differently;
 - version: the Python, torch, driver, CANN or Gaudi software the hosts move to;
+- runtime: what the host's runtime needs for the move: a CANN change blocks unless the
+  ascend_runtime role installs the target's CANN (then its install steps, in order);
+- defect: the known defects (versions/stacks.yml) the move fixes, and the ones it brings;
 - kv: the planner's KV figures under each stack.
 
 What could not be checked (an engine nobody recorded) is said as such, never passed.
@@ -21,10 +24,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import groups
-from acceldeploy.planner import enginefacts, stacks
+from acceldeploy.inventory import bounds, groups, roledefaults
+from acceldeploy.planner import defects, enginefacts, stacks
 from acceldeploy.planner.engineopts import EngineOptions, platform_engine
 from acceldeploy.planner.platforms import get_platform
+from acceldeploy.runtimes import ascend
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.service import parse_services
 from acceldeploy.serving.values import Launch
@@ -90,6 +94,53 @@ def _text(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(map(str, value)) or "none recorded"
     return str(value)
+
+
+def cann_findings(
+    host: str, hostvars: Mapping[str, Any], current: Mapping[str, Any], target: Mapping[str, Any]
+) -> list[Finding]:
+    """A move to another CANN: blocking unless the role will install it, naming the variables;
+    else the steps the role will run, in order."""
+    if not target.get("cann") or current.get("cann") == target.get("cann"):
+        return []
+    inputs = {
+        "cann_install": bounds.flag(
+            roledefaults.value(hostvars, "ascend_runtime_cann_install"),
+            "ascend_runtime_cann_install",
+        ),
+        "cann_packages": {
+            kind: roledefaults.value(hostvars, f"ascend_runtime_cann_{kind}_package")
+            for kind in ascend.CANN_KINDS
+        },
+        **{key: roledefaults.value(hostvars, f"ascend_runtime_{key}")
+           for key in ("home", "cann_download_dir", "cann_install_args")},
+    }  # fmt: skip
+    inputs["ascend_home"] = inputs.pop("home")
+    blocks, steps = ascend.cann_move(inputs, target)
+    move = f"CANN {current.get('cann')} -> {target['cann']}"
+    if blocks:
+        return [Finding(host, "", "runtime", "CANN", f"{move}: {'; '.join(blocks)}", True)]
+    listed = "; ".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
+    detail = f"{move}: the ascend_runtime role installs it (toolkit, kernels, nnal): {listed}"
+    return [Finding(host, "", "runtime", "CANN", detail)]
+
+
+def defect_findings(
+    host: str, current: Mapping[str, Any], target: Mapping[str, Any]
+) -> list[Finding]:
+    """The known defects (by id) the move leaves behind, and the ones it brings."""
+    before = {d.id: d for d in defects.known_defects(current)}
+    after = {d.id: d for d in defects.known_defects(target)}
+    found = [
+        Finding(host, "", "defect", i, f"fixed by the move: {d.what} ({d.component}; {d.source})")
+        for i, d in before.items() if i not in after
+    ]  # fmt: skip
+    for i, d in after.items():
+        if i not in before:
+            fix = " ".join(filter(None, [d.fix, d.applied()]))
+            found.append(Finding(host, "", "defect", i, f"brought by the move: {d.what} Fix: "
+                                 f"{fix} ({d.component}; {d.source})"))  # fmt: skip
+    return found
 
 
 def option_findings(
@@ -197,6 +248,8 @@ def advise_host(host: str, hostvars: Mapping[str, Any], to: str) -> list[Finding
     if current["name"] == target["name"]:
         return [Finding(host, "", "version", "stack", f"already on {to}")]
     found = version_moves(host, current, target)
+    found += cann_findings(host, hostvars, current, target)
+    found += defect_findings(host, current, target)
     before_launches = host_launches(hostvars)
     moved = {**hostvars, "acceldeploy_stack": to}
     try:
