@@ -361,7 +361,7 @@ def test_bad_flag_on_last_host_stops_the_rollout_there(converged, inventory, hos
     # names it, the cause (the journal) and the host an earlier batch had switched, back too
     assert f"Rolled back on {last}: {NAME} serve again" in run.output, run.output
     assert (f"Rolled back too (acceldeploy_rollback_all): {first}: {NAME} serves again on what "
-            "this run replaced") in run.output and "Journal: " in run.output  # fmt: skip
+            "this run replaced") in run.output and "Journal: " in run.output, run.output  # fmt: skip
     assert on(hosts[last], f"cat /etc/systemd/system/{NAME}.service") == good_unit
     assert serving(hosts[last], port_of(inventory, last))
     assert on(hosts[last], f"cat {LAST_GOOD}/{NAME}.service") == good_unit
