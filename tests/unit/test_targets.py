@@ -167,3 +167,35 @@ def test_modelscope_on_python_39_is_refused_naming_the_variable() -> None:
     message = refusal(out, inputs(hub_sources=["modelscope"]))
     assert "model_weights_venv_python is Python 3.9" in message and "source: hf" in message
     assert targets.check(out, inputs(hub_sources=["hf"]))["errors"] == []
+
+
+def test_a_glibc_below_the_stacks_wheels_is_refused_naming_stack_and_glibc() -> None:
+    """cpu-vllm-0.32.0's lock is manylinux_2_28 wheels: a release with glibc 2.27 is refused at
+    the first contact, before any install; 2.28 and the default stack pass."""
+    old = probe_output("ubuntu", "18.04", "Ubuntu 18.04.6 LTS", "237", "3.11.2", "3.11.2", "2.27")
+    newest = cpu_env(stack="cpu-vllm-0.32.0")
+    assert newest["requires_glibc"] == "2.28" and cpu_env()["requires_glibc"] == ""
+    errors = targets.stack_glibc_errors(targets.Facts.parse(old), newest)
+    assert errors == [
+        "acceldeploy_stack: stack cpu-vllm-0.32.0's wheels are built for glibc 2.28 "
+        "(manylinux_2_28) and Ubuntu 18.04.6 LTS has glibc 2.27; fix: a stack whose wheels this "
+        "release runs (acceldeploy plan stacks), or a release with glibc 2.28 or newer"
+    ]
+    fits = probe_output("debian", "11", "Debian GNU/Linux 11 (bullseye)", "247", "3.11.2",
+                        "3.11.2", "2.31")  # fmt: skip
+    assert targets.stack_glibc_errors(targets.Facts.parse(fits), newest) == []
+    assert targets.stack_glibc_errors(targets.Facts.parse(old), cpu_env()) == []
+
+
+def test_an_ascend_stack_from_its_wheels_needs_their_glibc_and_from_source_does_not() -> None:
+    """vllm-ascend 0.23.0's wheels are manylinux_2_34 only: with python_env_install_from:
+    wheels an openEuler 22.03 host (glibc 2.34) passes and Debian 11 (2.31) does not."""
+    ascend = {"platform": "ascend", "stack": "ascend-vllm-0.23.0"}
+    wheels = python_env_plan({**ascend, "install_from": "wheels"})
+    assert wheels["requires_glibc"] == "2.34"
+    assert python_env_plan(ascend)["requires_glibc"] == ""  # from source: built on the host
+    bullseye = probe_output("debian", "11", "Debian GNU/Linux 11 (bullseye)", "247", "3.9.2",
+                            None, "2.31")  # fmt: skip
+    (error,) = targets.stack_glibc_errors(targets.Facts.parse(bullseye), wheels)
+    assert "stack ascend-vllm-0.23.0's wheels are built for glibc 2.34" in error
+    assert "python_env_install_from: source" in error

@@ -326,6 +326,25 @@ def stack_interpreter_errors(facts: Facts, spec: Mapping[str, Any]) -> list[str]
     return [f"python_env_venv_python: {creator} {found}; {stack}{why}; {fix}"]
 
 
+def stack_glibc_errors(facts: Facts, spec: Mapping[str, Any]) -> list[str]:
+    """The host's glibc against what the stack's wheels are built for (manylinux_2_NN), before
+    any install."""
+    required = str(spec.get("requires_glibc") or "")
+    if not required or facts.glibc_minor is None:
+        return []
+    minor = int(required.split(".")[1])
+    if facts.glibc_minor >= minor:
+        return []
+    name = spec.get("stack_name") or f"of {spec['platform']}"
+    how = "python_env_install_from: source, or " if spec.get("platform") == "ascend" else ""
+    return [
+        f"acceldeploy_stack: stack {name}'s wheels are built for glibc {required} "
+        f"(manylinux_2_{minor}) and {facts.pretty_name} has glibc 2.{facts.glibc_minor}; fix: "
+        f"{how}a stack whose wheels this release runs (acceldeploy plan stacks), or a release "
+        f"with glibc {required} or newer"
+    ]
+
+
 def wheel_set(facts: Facts, label: str) -> dict[str, Any] | None:
     """The (Python, architecture, glibc) wheels are needed for, for the interpreter named by
     ``label`` (model_weights_venv_python: the hub clients; python_env_venv_python: the stack)."""
@@ -378,6 +397,7 @@ def check(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         )
         errors += modelscope_errors(facts, inputs.get("hub_sources") or [])
     errors += stack_interpreter_errors(facts, inputs.get("python_env") or {})
+    errors += stack_glibc_errors(facts, inputs.get("python_env") or {})
     wheels = wheel_set(facts, "model_weights_venv_python") if inputs.get("hub_python") else None
     if inputs.get("hub_python") and wheels is None and not errors:
         errors.append(

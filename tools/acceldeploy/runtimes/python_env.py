@@ -535,6 +535,10 @@ def _plan(
         # (tools/acceldeploy/inventory/targets.py), before any install.
         "requires_python": str(entry.get("requires_python") or f"=={identity['python']}.*"),
         "requires_python_why": str(entry.get("requires_python_why") or ""),
+        # The glibc the stack's wheels are built for, when it is installed from them.
+        "requires_glibc": str(entry.get("wheel_glibc") or "")
+        if identity["install_from"] in ("lock", "wheels")
+        else "",
         "creator": str(build.steps[0]["argv"][0]) if manager == "venv" else "",
         "key": key,
         "record_path": f"{build.env}/{RECORD_NAME}",
