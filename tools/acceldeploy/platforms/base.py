@@ -37,6 +37,10 @@ class PlatformBehaviour:
     wheel_lock: ClassVar[bool] = False
     # The role that gates its hosts' runtime (roles/<this>); none: nothing to gate.
     runtime_role: ClassVar[str | None] = None
+    # Its services own accelerator devices (a service on it lists them, device 0 when unset).
+    has_devices: ClassVar[bool] = True
+    # MiB: the least growth of a service's memory over a bench's rounds called a leak.
+    leak_floor_mib: ClassVar[float] = 256.0
 
     @property
     def smi(self) -> str | None:

@@ -9,3 +9,5 @@ class CpuPlatform(PlatformBehaviour):
     name = "cpu"
     stack_keys = ("python", "vllm", "engine_options", "lock", "ray")
     wheel_lock = True
+    has_devices = False
+    leak_floor_mib = 64.0

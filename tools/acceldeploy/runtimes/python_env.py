@@ -535,6 +535,7 @@ def _plan(
         # (tools/acceldeploy/inventory/targets.py), before any install.
         "requires_python": str(entry.get("requires_python") or f"=={identity['python']}.*"),
         "requires_python_why": str(entry.get("requires_python_why") or ""),
+        "install_from": identity["install_from"],
         # The glibc the stack's wheels are built for, when it is installed from them.
         "requires_glibc": str(entry.get("wheel_glibc") or "")
         if identity["install_from"] in ("lock", "wheels")

@@ -23,6 +23,7 @@ from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
 from acceldeploy.planner import catalog
 from acceldeploy.planner.engineopts import EngineOptions, option_name
 from acceldeploy.planner.modelconfig import KV_CACHE_DTYPE_BYTES
+from acceldeploy.platforms import for_name
 from acceldeploy.serving import backends
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -270,7 +271,7 @@ def _merge(spec: dict[str, Any], tuned: dict[str, Any], var: str) -> dict[str, A
 def _devices(merged: dict[str, Any], platform: str, var: str) -> list[int]:
     devices = merged["devices"]
     if devices is None:
-        devices = [] if platform == "cpu" else [0]
+        devices = [0] if for_name(platform).has_devices else []
     if not isinstance(devices, list):
         raise AcceldeployError(f"{var}.devices must be a list of device indexes, got {devices!r}")
     devices = [_int(d, f"{var}.devices[{i}]", 0, 63) for i, d in enumerate(devices)]

@@ -16,6 +16,7 @@ import jinja2
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner import catalog, platforms
+from acceldeploy.platforms import for_name
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.siteinit.probe import PYTHON, HostReport
 
@@ -49,7 +50,7 @@ def check_model(model: str, platform: str | None) -> catalog.CatalogEntry | None
     """The model's catalog entry. init sizes catalog models; outside it, only on CPU: checked
     before any host is probed (platform: --platform, if given), and again when sizing."""
     entry = catalog.find(model)
-    if platform == "cpu" or entry is not None:
+    if entry is not None or (platform is not None and not for_name(platform).has_devices):
         return entry
     raise AcceldeployError(
         f"--model {model} is not in the catalog (acceldeploy plan catalog): init sizes only "
@@ -88,7 +89,7 @@ def size_service(
     variables, for the Jinja expressions of a --vars file (`port: "{{ ... }}"`)."""
     fewest = min(reports, key=lambda r: len(r.devices))
     expand = templated(hostvars[fewest.target.name])
-    if platform == "cpu":
+    if not for_name(platform).has_devices:
         (launch,) = _render(expand(spec), platform, models_root)
         return Sized(dict(spec), f"CPU: max model len {launch.max_model_len} (the planner's)")
     devices = list(fewest.devices)
