@@ -13,6 +13,14 @@ from acceldeploy.serving.layout import UNIT_DIR
 NODE_UNIT = "prometheus-node-exporter.service"
 MEMORY_UNIT = "acceldeploy-service-memory.service"
 PROMETHEUS_UNIT = "prometheus.service"
+# What the role puts on every host beside the distribution's node exporter (roles/monitor/
+# tasks/node.yml): its units, and the unit files it writes; remove.yml takes them off a host.
+NODE_UNITS = (NODE_UNIT, MEMORY_UNIT)
+NODE_DROPIN, MEMORY_UNIT_FILE = (
+    f"{UNIT_DIR}/{NODE_UNIT}.d/acceldeploy.conf",
+    f"{UNIT_DIR}/{MEMORY_UNIT}",
+)
+NODE_UNIT_FILES = (MEMORY_UNIT_FILE, NODE_DROPIN)
 
 
 def spec(
@@ -21,11 +29,11 @@ def spec(
     """paths: config_dir, libexec_dir and grafana_dir (the role's variables)."""
     files = [
         "/etc/default/prometheus-node-exporter",
-        f"{UNIT_DIR}/{NODE_UNIT}.d/acceldeploy.conf",
+        NODE_DROPIN,
         f"{paths['libexec_dir']}/unitmemory.py",
-        f"{UNIT_DIR}/{MEMORY_UNIT}",
+        MEMORY_UNIT_FILE,
     ]
-    units = [NODE_UNIT, MEMORY_UNIT]
+    units = list(NODE_UNITS)
     exporter = device_exporter.get("exporter")
     if exporter == "npu":
         files += [str(device_exporter["binary"]), f"{UNIT_DIR}/{device_exporters.NPU_UNIT}"]

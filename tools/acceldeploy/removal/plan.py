@@ -20,6 +20,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds
 from acceldeploy.inventory.roledefaults import value
 from acceldeploy.modelref import model_dir, parse_model_ref
+from acceldeploy.monitor import record
 from acceldeploy.runtimes.python_env import STAGING_KEY_CHARS, build_dir, env_prefix
 from acceldeploy.serving.backends import BACKENDS
 from acceldeploy.serving.hostplan import DEFAULT_MODELS_ROOT, ENV_KEYS
@@ -35,12 +36,6 @@ CHOICES = {
 # A service already taken out of the inventory: looked for on every serving host.
 DROPPED = "acceldeploy_remove_dropped"
 NODE_PREFIXES = ("", *(backend.unit_prefix for backend in BACKENDS.values()))
-# What a serving host runs for the monitor (roles/monitor/tasks/node.yml): it goes with the host.
-MONITOR_UNITS = ("acceldeploy-service-memory.service", "prometheus-node-exporter.service")
-MONITOR_FILES = (
-    "/etc/systemd/system/acceldeploy-service-memory.service",
-    "/etc/systemd/system/prometheus-node-exporter.service.d/acceldeploy.conf",
-)
 # What else acceldeploy put on a serving host: its helpers, secrets, rollback copies and the
 # hub clients' venv and wheels.
 WHOLE_HOST_DIRS = ("vllm_service_launcher_dir", "vllm_service_secret_dir",
@@ -191,8 +186,8 @@ class _Fleet:
         records += [_record("model_weights")] if candidates else []
         records += [_record("python_env")] if envs else []
         if whole:
-            units += list(MONITOR_UNITS)
-            files += list(MONITOR_FILES)
+            units += sorted(record.NODE_UNITS)  # what a host runs for the monitor goes with it
+            files += list(record.NODE_UNIT_FILES)
             dirs += [str(value(view, var)) for var in WHOLE_HOST_DIRS]
             records = [RECORD_DIR]
         return HostRemoval(
