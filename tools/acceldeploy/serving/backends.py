@@ -40,6 +40,10 @@ class Backend:
     default_cluster_port: ClassVar[int]
     cluster_port_kind: ClassVar[str]
     cluster_port_use: ClassVar[str]
+    # Who listens on the head's ports, for a clash's message.
+    listening: ClassVar[str] = (
+        "the head's vLLM listens for its other nodes on cluster_port and for clients on port"
+    )
     # The unit every node but a headless group's head runs beside the head's vLLM unit.
     unit_prefix: ClassVar[str]
     # The head serves the API; every other node runs a headless part of the group (what
@@ -76,12 +80,15 @@ class Backend:
 
     def check_ports(self, port: int, cluster_port: int, var: str) -> None:
         """The service's own API port against the ports its group listens on."""
-        if port == cluster_port:
-            raise AcceldeployError(
-                f"{var}.cluster_port {cluster_port} is also its port: the head's vLLM listens "
-                "for its other nodes on cluster_port and for clients on port; give "
-                f"cluster_port another port (default {self.default_cluster_port})"
-            )
+        metrics = self.node_metrics_port(cluster_port)
+        if port not in (cluster_port, metrics):
+            return
+        clash = "is also its port" if port == cluster_port else (
+            f"puts {self.cluster_port_kind}'s metrics on {metrics}, its port")  # fmt: skip
+        raise AcceldeployError(
+            f"{var}.cluster_port {cluster_port} {clash}: {self.listening}; give cluster_port "
+            f"another port (default {self.default_cluster_port})"
+        )
 
     def listeners(
         self, cluster_port: int, is_head: bool, service: str, where: str
@@ -102,21 +109,15 @@ class Ray(Backend):
     default_cluster_port = 6379
     cluster_port_kind = "Ray"
     cluster_port_use = "the head's Ray GCS port, ray start --port"
+    listening = (
+        "the head's Ray (GCS) listens on cluster_port, each node's Ray metrics on the next port, "
+        "vLLM's API on its port"
+    )
     unit_prefix = "ray-"
 
     def node_metrics_port(self, cluster_port: int) -> int:
         """Where each node's Ray exports its Prometheus metrics: the port after the cluster's."""
         return cluster_port + 1
-
-    def check_ports(self, port: int, cluster_port: int, var: str) -> None:
-        if port in (cluster_port, self.node_metrics_port(cluster_port)):
-            clash = "is also its port" if port == cluster_port else (
-                f"puts Ray's metrics on {cluster_port + 1}, its port")  # fmt: skip
-            raise AcceldeployError(
-                f"{var}.cluster_port {cluster_port} {clash}: the head's Ray (GCS) listens on "
-                "cluster_port, each node's Ray metrics on the next port, vLLM's API on its "
-                f"port; give cluster_port another port (default {self.default_cluster_port})"
-            )
 
     def listeners(
         self, cluster_port: int, is_head: bool, service: str, where: str
