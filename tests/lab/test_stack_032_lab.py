@@ -49,6 +49,7 @@ START_TIMEOUT = 900  # seconds each start may take before its gate fails (cpu de
 # seconds the gate's completion may take: the 5th run's move back had lab1's fresh 0.12 engine
 # miss the default 120 s while lab2 carried the whole load on the two shared cores
 COMPLETION_TIMEOUT = 600
+ENV_PYTHON = "/opt/acceldeploy/venv/bin/python"  # python_env's link to the serving build
 
 
 def stack_inventory(tmp: Path, stack: str) -> Path:
@@ -118,6 +119,10 @@ def test_0_12_to_0_32_and_back_and_forth_behind_the_gateway(fleet: None, tmp_pat
     )
     for index, host in enumerate(SERVING, start=1):
         assert '"0.32.0"' in served_version(host, 8000 + index), host
+        # the stack's known defect amx-tile-permission worked around: every Python of the
+        # environment (the serving vLLM's spawned workers too) ran the .pth line as it started
+        ran = on_host(host, f"{ENV_PYTHON} -c \"import sys; print('ctypes' in sys.modules)\"")
+        assert ran.strip() == "True", (host, ran)
 
     # the monitor: every target up, no alert firing, memory and KV from both hosts on 0.32
     wait_all_up()
