@@ -161,16 +161,20 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             ],
             msg=f"{len(hosts) - len(self._errors)} of {len(hosts)} hosts' inputs passed",
         )
-        warnings = [line for host in ok if (line := self._defects(host))]
+        warnings = self._defect_warnings(ok)
         if warnings:
             result["warnings"] = warnings
         return result
 
-    def _defects(self, host: str) -> str:
-        """One line when the host's stack has known defects (a warning, not a refusal)."""
-        view = self._facts[host].get("vllm_service_node_view") or {}
-        entry = load_stacks().get(str(view.get("stack") or ""))
-        return defects.warning(host, entry) if entry else ""
+    def _defect_warnings(self, hosts: list[str]) -> list[str]:
+        """One line per host whose stack has known defects (a warning, not a refusal)."""
+        every, lines = load_stacks(), []
+        for host in hosts:
+            view = self._facts[host].get("vllm_service_node_view") or {}
+            entry = every.get(str(view.get("stack") or ""))
+            line = defects.warning(host, entry) if entry else ""
+            lines += [line] if line else []
+        return lines
 
     def _role_file(self, role: str, kind: str) -> dict[str, Any]:
         """roles/<role>/<kind>/main.yml as Ansible loads it (its templates trusted)."""

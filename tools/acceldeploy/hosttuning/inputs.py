@@ -23,8 +23,6 @@ INPUT_PREFIX = "host_tuning_"
 CPUFREQ_GOVERNORS = frozenset(
     {"performance", "powersave", "schedutil", "ondemand", "conservative", "userspace"}
 )
-# What Ansible's `bool` filter reads without a deprecation warning (its own list): a switch
-# that passes here reads the same in the role's `when: host_tuning_<concern>_enabled | bool`.
 
 
 # --------------------------------------------------------------------------- value checks

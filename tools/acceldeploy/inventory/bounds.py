@@ -39,7 +39,9 @@ class Bound:
         return f"{kind} from {_shown(self.low)} to {_shown(self.high)} ({self.unit}{note})"
 
 
-# The words a true/false variable may arrive as (-e NAME=true is a string).
+# The words a true/false variable may arrive as (-e NAME=true is a string): what Ansible's
+# `bool` filter reads without a deprecation warning (its own list), so a switch that passes
+# here reads the same in a role's `when: <variable> | bool`.
 TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
 FALSE_WORDS = frozenset({"false", "no", "off", "0"})
 

@@ -1,10 +1,11 @@
 """What listens on a host's ports, and the one check that no two of them share one.
 
 Each role says what it opens (a `Listener`: the port, the variable that sets it and what
-listens there): SSH here, the services in serving (`service.listeners`, their backends' group
-ports too), the gateway's HAProxy here (`gateway`, read from the inventory as the gateway role
-reads it), the monitor's Prometheus and exporters in monitor.targets. `check` is the rule,
-whoever asks it: the later of two listeners on one port is refused, naming both variables.
+listens there): SSH here, the services in serving (`service.service_listeners`, their
+backends' group ports too), the gateway's HAProxy here (`gateway`, read from the inventory as
+the gateway role reads it), the monitor's Prometheus and exporters in monitor.targets. `check`
+is the rule, whoever asks it: the later of two listeners on one port is refused, naming both
+variables.
 """
 
 from __future__ import annotations

@@ -55,9 +55,6 @@ PIP_QUIET = [
 # uv installs a lock pinning it: no cache kept (its temporary one is under the step's TMPDIR,
 # beside the environment, so that uv hard-links from it), no bytecode (as pip's --no-compile).
 UV_INSTALL = ["pip", "install", "--quiet", "--no-deps", "--no-cache", "--no-progress"]
-# Every .py of the environment byte-compiled on every core, as pip would have (a file that does
-# not compile, such as a test written for another Python, is skipped as pip skips it), so the
-# service, which cannot write into the environment, does not compile at each start.
 # The workaround amx_tile_permission (planner/defects.py): a .pth line runs as each of the
 # environment's Pythons starts, spawned workers included, and asks Linux for the AMX tile state
 # (arch_prctl = syscall 158 on x86_64, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18).
@@ -71,6 +68,9 @@ WRITE_PTH = (
     "import pathlib, sys, sysconfig; "
     "pathlib.Path(sysconfig.get_paths()['purelib'], sys.argv[1]).write_text(sys.argv[2])"
 )
+# Every .py of the environment byte-compiled on every core, as pip would have (a file that does
+# not compile, such as a test written for another Python, is skipped as pip skips it), so the
+# service, which cannot write into the environment, does not compile at each start.
 COMPILE_ALL = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
 CREDENTIALS = re.compile(r"(?<=://)[^/@\s:]+(?::[^/@\s]*)?@")
 # The version an interpreter's name shows: python2.7, python3, python3.13t.

@@ -103,19 +103,20 @@ def cann_findings(
     else the steps the role will run, in order."""
     if not target.get("cann") or current.get("cann") == target.get("cann"):
         return []
+    role = {
+        name: roledefaults.value(hostvars, f"ascend_runtime_{name}")
+        for name in ("cann_install", "home", "cann_download_dir", "cann_install_args")
+    }
     inputs = {
-        "cann_install": bounds.flag(
-            roledefaults.value(hostvars, "ascend_runtime_cann_install"),
-            "ascend_runtime_cann_install",
-        ),
+        "cann_install": bounds.flag(role["cann_install"], "ascend_runtime_cann_install"),
         "cann_packages": {
             kind: roledefaults.value(hostvars, f"ascend_runtime_cann_{kind}_package")
             for kind in ascend.CANN_KINDS
         },
-        **{key: roledefaults.value(hostvars, f"ascend_runtime_{key}")
-           for key in ("home", "cann_download_dir", "cann_install_args")},
-    }  # fmt: skip
-    inputs["ascend_home"] = inputs.pop("home")
+        "ascend_home": role["home"],
+        "cann_download_dir": role["cann_download_dir"],
+        "cann_install_args": role["cann_install_args"],
+    }
     blocks, steps = ascend.cann_move(inputs, target)
     move = f"CANN {current.get('cann')} -> {target['cann']}"
     if blocks:
