@@ -65,6 +65,14 @@ def test_inventory_overrides_a_field_and_adds_profiles(tmp_path):
          "acceldeploy_bench_profiles.x.colour: unknown field"),
         ("x", {"dataset": "images", "prompts": 3, "ignore_eos": "yes"},
          "acceldeploy_bench_profiles.x.ignore_eos must be true or false, got 'yes'"),
+        ("x", {"dataset": "conversations", "prompts": 3, "input_len": 8},
+         "acceldeploy_bench_profiles.x.turns is required for dataset conversations"),
+        ("x", {"dataset": "conversations", "prompts": 3, "input_len": 8, "turns": 2,
+               "request_rate": 4}, "acceldeploy_bench_profiles.x.request_rate does not apply"),
+        ("x", {"dataset": "conversations", "prompts": 3, "turns": 2},
+         "acceldeploy_bench_profiles.x.input_len is required for dataset conversations"),
+        ("x", {"dataset": "images", "prompts": 3, "turns": 2},
+         "acceldeploy_bench_profiles.x.turns applies to dataset: conversations only"),
     ],
 )  # fmt: skip
 def test_bad_profiles_name_the_variable(name, value, says):

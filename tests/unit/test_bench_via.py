@@ -43,7 +43,13 @@ def test_one_target_per_frontend_run_from_a_host_it_sends_to(tmp_path: Path) -> 
     every = selection.every_host(str(lab_inventory(tmp_path)))
     (target,) = via.targets(every, "lab3", [], smoke)
     assert (target.host, target.where, target.service) == ("lab1", "lab3", "qwen3-vl")
-    assert target.via == via.Via("lab3", "http://127.0.0.1:9001", ("lab1", "lab2"), None)
+    assert target.via is not None
+    assert (target.via.gateway, target.via.url, target.via.servers, target.via.key) == (
+        "lab3", "http://127.0.0.1:9001", ("lab1", "lab2"), None)  # fmt: skip
+    # each server's prefix-cache counters are read on the server itself, by its stack's names
+    assert [(c.host, c.metrics_url) for c in target.via.caches] == [
+        ("lab1", "http://127.0.0.1:8001/metrics"), ("lab2", "http://127.0.0.1:8002/metrics")]  # fmt: skip
+    assert target.via.caches[0].series["vllm:prefix_cache_hits_total"] == "prefix_cache_hits"
 
 
 def test_the_gateways_client_key_and_tls_go_with_the_load(tmp_path: Path) -> None:

@@ -84,8 +84,6 @@ def test_a_listed_server_must_be_one_the_service_has() -> None:
 @pytest.mark.parametrize(
     "frontends, settings, says",
     [
-        ([{"service": "qwen3-vl", "port": 9001}, {"service": "qwen3-vl", "port": 9001}],
-         Settings(), "gateway_frontends[1].port 9001 is also gateway_frontends[0].port"),
         ([{"service": "qwen3-vl", "port": 9001}], Settings(stats_port=9001),
          "gateway_frontends[0].port 9001 is also gateway_stats_port"),
         ([{"service": "other", "port": 9001}], Settings(),
@@ -98,6 +96,16 @@ def test_a_listed_server_must_be_one_the_service_has() -> None:
         ([{"service": "qwen3-vl", "port": 9001, "backend": "x"}], Settings(),
          "gateway_frontends[0] must be a mapping of service, port, bind, servers"),
         ([], Settings(), "gateway_frontends must list the services the gateway publishes"),
+        ([{"service": "qwen3-vl", "port": 9001}, {"service": "qwen3-vl", "port": 9002}],
+         Settings(), "gateway_frontends[1].service qwen3-vl is also gateway_frontends[0].service"),
+        ([{"service": "qwen3-vl", "port": 9001, "routing": "roundrobin"}], Settings(),
+         "gateway_frontends[0].routing must be one of leastconn, affinity"),
+        ([{"service": "qwen3-vl", "port": 9001}], Settings(routing="cache"),
+         "gateway_routing must be one of leastconn, affinity"),
+        ([{"service": "qwen3-vl", "port": 9001}], Settings(affinity_header="x session"),
+         "gateway_affinity_header must be an HTTP header's name"),
+        ([{"service": "qwen3-vl", "port": 9001}], Settings(affinity_balance_factor=50),
+         "gateway_affinity_balance_factor"),
     ],
 )  # fmt: skip
 def test_misconfigured_frontends_are_refused_by_name(
@@ -108,6 +116,14 @@ def test_misconfigured_frontends_are_refused_by_name(
     ) as error:
         plan(frontends, FLEET, GW, settings)
     assert says in str(error.value)
+
+
+def test_two_models_on_one_port_are_refused() -> None:
+    fleet = serving(lab1=[service(), service(name="other", port=8002)])
+    frontends = [{"service": "qwen3-vl", "port": 9001}, {"service": "other", "port": 9001}]
+    with pytest.raises(AcceldeployError, match=r"gateway_frontends\[1\]\.port 9001 is also "
+                       r"gateway_frontends\[0\]\.port"):  # fmt: skip
+        plan(frontends, fleet, GW)
 
 
 def test_a_public_gateway_with_client_keys_or_told_so_is_accepted() -> None:
@@ -162,9 +178,11 @@ def render(tmp_path: Path, frontends: list[dict[str, Any]], **changes: Any) -> s
 
 
 @pytest.mark.skipif(not shutil.which("haproxy"), reason="no haproxy here (make host-deps)")
-@pytest.mark.parametrize("client_keys", [False, True])
-def test_the_rendered_config_passes_haproxys_own_check(tmp_path: Path, client_keys: bool) -> None:
-    frontends = [{"service": "qwen3-vl", "port": 9001, "bind": "0.0.0.0"}]
+@pytest.mark.parametrize("client_keys, routing", [(False, "leastconn"), (True, "affinity")])
+def test_the_rendered_config_passes_haproxys_own_check(
+    tmp_path: Path, client_keys: bool, routing: str
+) -> None:
+    frontends = [{"service": "qwen3-vl", "port": 9001, "bind": "0.0.0.0", "routing": routing}]
     text = render(tmp_path, frontends, gateway_client_keys=["x"] if client_keys else [])
     config = tmp_path / "haproxy.cfg"
     config.write_text(text.replace("chroot /var/lib/haproxy\n", ""))
@@ -174,10 +192,24 @@ def test_the_rendered_config_passes_haproxys_own_check(tmp_path: Path, client_ke
     assert "server lab1 10.213.0.11:8001 check weight 1" in text
     assert "server lab2 10.213.0.12:8002 check weight 1" in text
     assert ("-f " + str(tmp_path / "client-keys.lst") in text) is client_keys
-    for line in ("balance leastconn", "option httpchk GET /health",
+    for line in ("option httpchk GET /health",
                  "retry-on conn-failure empty-response", "option redispatch 1",
                  "load-server-state-from-file global", "bind 0.0.0.0:9001"):  # fmt: skip
         assert line in text, text
+    affine = ("tune.bufsize 131072", "balance hash var(txn.affinity)", "hash-balance-factor 150")
+    assert all(line in text for line in affine) is (routing == "affinity"), text
+    assert ("balance leastconn" in text) is (routing == "leastconn")
+
+
+def test_only_an_affinity_frontend_reads_the_body() -> None:
+    fleet = serving(lab1=[service(), service(name="other", port=8002)])
+    frontends = [{"service": "qwen3-vl", "port": 9001},
+                 {"service": "other", "port": 9002, "routing": "affinity"}]  # fmt: skip
+    least, affine = plan(frontends, fleet, GW)
+    assert (least.balance, least.reads_body) == (("balance leastconn",), False)
+    assert affine.reads_body and "hash-type consistent sdbm avalanche" in affine.balance
+    (by_default,) = plan(frontends[:1], FLEET, GW, Settings(routing="affinity"))
+    assert by_default.routing == "affinity"
 
 
 class Health(http.server.BaseHTTPRequestHandler):
@@ -367,3 +399,98 @@ def test_the_rollout_drains_a_service_where_a_gateway_sends_to_this_host() -> No
         {"gateway": "gw1", "socket": "/run/haproxy/admin.sock", "service": "qwen3-vl"}]  # fmt: skip
     assert [t["gateway"] for t in targets(everyone, "lab2", ["qwen3-vl", "x"])] == ["gw1", "gw2"]
     assert targets(everyone, "lab1", ["x"]) == []
+
+
+class Named(Health):
+    """A backend that answers a POST with the name of the server it is."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = self.server.name.encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def chat(port: int, messages: list[dict[str, Any]], headers: dict[str, str] | None = None) -> str:
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=json.dumps({"model": "qwen3-vl", "messages": messages}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-client",
+                 **(headers or {})},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+def conversation(port: int, first: Any, turns: int, system: bool = True) -> list[str]:
+    """The server of each turn of one conversation, each turn's messages extending the last."""
+    messages = [{"role": "system", "content": "A long shared system prompt."}] if system else []
+    messages.append({"role": "user", "content": first})
+    seen = []
+    for turn in range(turns):
+        seen.append(chat(port, messages))
+        messages += [{"role": "assistant", "content": f"answer {turn}"},
+                     {"role": "user", "content": f"and then {turn}?"}]  # fmt: skip
+    return seen
+
+
+@pytest.mark.skipif(not shutil.which("haproxy"), reason="no haproxy here (make host-deps)")
+def test_real_haproxy_keeps_a_conversation_on_one_server_and_off_a_drained_one(
+    tmp_path: Path,
+) -> None:
+    """Affinity routing by the distribution's HAProxy: every turn of a conversation (text, or
+    an image part before its question, with or without a system prompt, or named by the
+    session header) lands on one server, the conversations spread over all three; a drained
+    server gets none of its conversations' next turns, and has them back once ready."""
+    backends = []
+    for name in ("lab1", "lab2", "lab3"):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Named)
+        server.name = name  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        backends.append(server)
+    fleet = serving(**{s.name: [service(port=s.server_address[1])] for s in backends})  # type: ignore[attr-defined]
+    sock, port = tmp_path / "admin.sock", free_port()
+    frontends = plan([{"service": "qwen3-vl", "port": port, "routing": "affinity"}], fleet, GW)
+    text = render(tmp_path, [], gateway_plan=[f.to_dict() for f in frontends],
+                  gateway_stats_socket=str(sock),
+                  gateway_check={"inter": "100ms", "fall": 2, "rise": 2})  # fmt: skip
+    proc = start_haproxy(tmp_path, text.replace("10.213.0.13", "127.0.0.1"))
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 40000}}
+    try:
+        assert wait_for(lambda: sock.exists() and set(states(sock).values()) == {"UP"})
+        homes = {}
+        for i in range(12):
+            first: Any = f"conversation {i}: what is in the report?"
+            if i % 3 == 1:
+                first = [image, {"type": "text", "text": f"conversation {i}: describe it"}]
+            turns = set(conversation(port, first, 4, system=i % 2 == 0))
+            assert len(turns) == 1, (i, turns)
+            homes[i] = turns.pop()
+        named = {chat(port, [{"role": "user", "content": "hi"}], {"X-Session-Id": "s-7"})
+                 for _ in range(4)}  # fmt: skip
+        assert len(named) == 1
+        assert set(homes.values()) == {"lab1", "lab2", "lab3"}, homes
+        gone = homes[0]
+        admin(sock, f"set server qwen3-vl/{gone} state drain")
+        assert wait_for(lambda: states(sock)[gone] == "DRAIN")
+        moved = {}
+        for i in range(12):
+            first = f"conversation {i}: what is in the report?"
+            if i % 3 == 1:
+                first = [image, {"type": "text", "text": f"conversation {i}: describe it"}]
+            (moved[i],) = set(conversation(port, first, 2, system=i % 2 == 0))
+        assert gone not in moved.values()
+        assert all(moved[i] == homes[i] for i in homes if homes[i] != gone), (homes, moved)
+        admin(sock, f"set server qwen3-vl/{gone} state ready")
+        assert wait_for(lambda: states(sock)[gone] == "UP")
+        assert conversation(port, "conversation 0: what is in the report?", 1) == [gone]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for server in backends:
+            server.shutdown()

@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 try:
+    from acceldeploy.bench import conversations
     from acceldeploy.bench.unitmemory import process_tree_memory
 except ImportError:  # on the host: shipped beside this file
+    import conversations  # type: ignore[no-redef]
     from unitmemory import process_tree_memory  # type: ignore[no-redef]
 
 EVENT = "@@bench "
@@ -259,20 +261,25 @@ def run_point(
     prefix: str = "BENCH",
 ) -> list[dict[str, Any]]:
     """`rounds` identical runs at one rate; an idle settle after each marks its memory. The
-    phases are "<kind> N @ RATE" and "after <kind> N @ RATE" (the verdict reads "round")."""
-    from vllm.benchmarks import serve
-
+    phases are "<kind> N @ RATE" and "after <kind> N @ RATE" (the verdict reads "round").
+    A conversations profile runs its own load (conversations.py), new conversations each round."""
     out = rate_dir(Path(plan["run_dir"]), rate, prefix)
     out.mkdir(parents=True, exist_ok=True)
     results = []
+    images = sorted((Path(plan["run_dir"]) / "images").glob("*.png"))
     for number in range(rounds):
-        parser = serve_parser(serve)
-        args = parser.parse_args(bench_argv(plan, rate, out, number))
         label = "inf" if rate == INF else f"{rate:g}"
         mark(sampler, f"{kind} {number + 1} @ {label}", 0)
         started = time.time()
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            result = serve.main(args)
+        if plan["profile"]["dataset"] == "conversations":
+            result = conversations.run(plan, number, images)
+            (out / f"run={number}.json").write_text(json.dumps(result))
+        else:
+            from vllm.benchmarks import serve
+
+            args = serve_parser(serve).parse_args(bench_argv(plan, rate, out, number))
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                result = serve.main(args)
         emit(
             "round", rate=label, round=number + 1, seconds=round(time.time() - started, 2),
             completed=result.get("completed"), failed=result.get("failed"),
@@ -294,7 +301,10 @@ def serve_parser(serve: Any) -> Any:
 
 
 def check_argv(plan: dict[str, Any]) -> None:
-    """vLLM's own parser on this profile's flags, before any request (exit 2 naming the flag)."""
+    """vLLM's own parser on this profile's flags, before any request (exit 2 naming the flag).
+    A conversations profile has none (its own load)."""
+    if plan["profile"]["dataset"] == "conversations":
+        return
     from vllm.benchmarks import serve
 
     rate = plan["profile"]["request_rate"]

@@ -18,7 +18,20 @@ from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 
 VAR = "acceldeploy_bench_profiles"
-DATASETS = ("images", "random", "random-mm", "sharegpt", "hf")
+DATASETS = ("images", "random", "random-mm", "sharegpt", "hf", "conversations")
+# What a conversations profile (bench/conversations.py) has no use for: it runs its own load,
+# one conversation after another, not vLLM's at a rate.
+NOT_CONVERSATIONS = (
+    "request_rate",
+    "sweep",
+    "sla",
+    "goodput",
+    "image_reuse",
+    "dataset_path",
+    "hf_split",
+    "ignore_eos",
+    "warmups",
+)
 # SLA and goodput keys: vLLM's request-level metrics; SLA keys carry the statistic too.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 SLA_STATS = ("mean", "median", "p50", "p90", "p99")
@@ -58,6 +71,11 @@ class Profile:
     sla_ms: dict[str, float] = field(default_factory=dict)
     sweep: Sweep | None = None
     sample_interval: float = 0.5
+    # conversations: turns per conversation, the shared system prompt's words, an image in the
+    # first turn
+    turns: int = 1
+    system_len: int = 0
+    first_image: bool = False
 
     @property
     def distinct_images(self) -> int:
@@ -126,7 +144,7 @@ def _durations(raw: Any, name: str, key: str, allowed: tuple[str, ...]) -> dict[
 FIELDS = {
     "dataset", "prompts", "output_len", "ignore_eos", "input_len", "request_rate",
     "max_concurrency", "rounds", "warmups", "seed", "image_reuse", "image_sizes", "dataset_path",
-    "hf_split", "goodput", "sla", "sweep", "sample_interval",
+    "hf_split", "goodput", "sla", "sweep", "sample_interval", "turns", "system_len", "first_image",
 }  # fmt: skip
 
 
@@ -175,7 +193,12 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
                 "ShareGPT-shaped JSON file on the controller"
             )
         path = str(local)
-    if dataset in ("random", "random-mm") and raw.get("input_len") is None:
+    if dataset == "conversations":
+        _conversations(raw, name)
+    elif set(raw) & {"turns", "system_len", "first_image"}:
+        key = sorted(set(raw) & {"turns", "system_len", "first_image"})[0]
+        raise AcceldeployError(f"{_where(name, key)} applies to dataset: conversations only")
+    if dataset in ("random", "random-mm", "conversations") and raw.get("input_len") is None:
         raise AcceldeployError(f"{_where(name, 'input_len')} is required for dataset {dataset}")
     sizes = raw.get("image_sizes", [[128, 96]])
     if not (
@@ -217,7 +240,23 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
         sla_ms=sla,
         sweep=sweep,
         sample_interval=_number(raw, name, "sample_interval", float, 0.2, high=5.0) or 0.5,
+        turns=_number(raw, name, "turns", int, 1, high=100) or 1,
+        system_len=_number(raw, name, "system_len", int, 0, high=100000) or 0,
+        first_image=bool(raw.get("first_image", False)),
     )
+
+
+def _conversations(raw: dict[str, Any], name: str) -> None:
+    refused = sorted(set(raw) & set(NOT_CONVERSATIONS))
+    if refused:
+        raise AcceldeployError(
+            f"{_where(name, refused[0])} does not apply to dataset: conversations (it runs "
+            "max_concurrency conversations at a time, each turn after the last)"
+        )
+    if raw.get("turns") is None:
+        raise AcceldeployError(f"{_where(name, 'turns')} is required for dataset conversations")
+    if not isinstance(raw.get("first_image", False), bool):
+        raise AcceldeployError(f"{_where(name, 'first_image')} must be true or false")
 
 
 def sla_keys() -> tuple[str, ...]:

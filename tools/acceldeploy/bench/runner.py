@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy import secrets
-from acceldeploy.bench import dataset, driver, report, series, summary, unitmemory
+from acceldeploy.bench import conversations, dataset, driver, report, series, summary, unitmemory
 from acceldeploy.bench.profiles import Profile
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.serving.hostplan import HostPlan
@@ -31,8 +31,78 @@ SETTLE_SECONDS = 3.0
 IDLE_SECONDS = 4.0
 DRIVER_POLL_SECONDS = 0.2
 GATEWAY_KEY = "gateway.key"
-EXCLUDED = ("images", "dataset.json", "dataset.template.json", "driver.py", "unitmemory.py",
-            GATEWAY_KEY)  # fmt: skip
+# What the driver runs with (shipped beside it).
+MODULES = (driver, unitmemory, conversations)
+EXCLUDED = ("images", "dataset.json", "dataset.template.json", GATEWAY_KEY,
+            *(Path(str(m.__file__)).name for m in MODULES))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CacheReader:
+    """Where a run reads one server's prefix-cache counters, before and after it (over SSH, on
+    the host itself: a serving host's port is open to the gateways and monitors only)."""
+
+    host: str
+    hostvars: dict[str, Any] = field(compare=False, repr=False)
+    metrics_url: str = ""
+    # {series: key} by the names of the host's stack
+    series: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+PREFIX_KEYS = ("prefix_cache_queries", "prefix_cache_hits")
+READ_METRICS = (
+    "python3 -c 'import sys, urllib.request as r; "
+    "sys.stdout.write(r.urlopen(sys.argv[1], timeout=10).read().decode())' {url}"
+)
+
+
+def cache_reader(
+    host: str, hostvars: dict[str, Any], plan: HostPlan, unit: ServiceUnit
+) -> CacheReader:
+    series = {plan.platform.metrics[key]: key for key in PREFIX_KEYS}
+    return CacheReader(host, hostvars, f"{unit.base_url}/metrics", series)
+
+
+def read_counters(readers: tuple[CacheReader, ...], timeout: float) -> dict[str, dict[str, float]]:
+    """{host: {prefix_cache_queries, prefix_cache_hits}}; a host that cannot say is left out."""
+    found: dict[str, dict[str, float]] = {}
+    for reader in readers:
+        conn = connection(reader.host, reader.hostvars, timeout)
+        try:
+            command = READ_METRICS.format(url=shlex.quote(reader.metrics_url))
+            out = conn.run(command, hide=True, warn=True, timeout=timeout)
+        except Exception:
+            continue
+        finally:
+            conn.close()
+        counters = driver.parse_metrics(out.stdout, reader.series)
+        if out.exited == 0 and set(counters) == set(PREFIX_KEYS):
+            found[reader.host] = counters
+    return found
+
+
+def fleet_prefix_cache(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], hosts: list[str]
+) -> dict[str, Any]:
+    """The prefix-cache hit rate of every server over the run, and the fleet's (hits over
+    queries, summed): what the gateway's routing leaves in the engines' caches."""
+    per_host: dict[str, Any] = {}
+    for host in hosts:
+        if host not in before or host not in after:
+            per_host[host] = None
+            continue
+        queries, hits = (after[host][k] - before[host][k] for k in PREFIX_KEYS)
+        per_host[host] = {"queries": queries, "hits": hits,
+                          "hit_rate": round(hits / queries, 4) if queries else None}  # fmt: skip
+    read = [v for v in per_host.values() if v]
+    queries = sum(v["queries"] for v in read)
+    hits = sum(v["hits"] for v in read)
+    return {
+        "hosts": per_host,
+        "queries": queries,
+        "hits": hits,
+        "hit_rate": round(hits / queries, 4) if queries and len(read) == len(hosts) else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -44,6 +114,8 @@ class Via:
     url: str  # the frontend as the load's host reaches it
     servers: tuple[str, ...]  # the hosts the frontend sends to
     key: str | None = None  # a client key of the gateway (never logged or on a command line)
+    # each server's prefix-cache counters, read before and after the run
+    caches: tuple[CacheReader, ...] = ()
 
 
 @dataclass
@@ -259,13 +331,13 @@ def run_target(
         conn.run(f"install -d -m 0700 {shlex.quote(remote)}", hide=True)
         with tempfile.TemporaryDirectory() as tmp:
             staging = Path(tmp)
-            if target.profile.dataset == "images":
+            if target.profile.dataset == "images" or target.profile.first_image:
                 dataset.write(target.profile, staging)
             elif target.profile.dataset == "sharegpt" and target.profile.dataset_path:
                 (staging / "dataset.json").write_bytes(
                     Path(target.profile.dataset_path).read_bytes()
                 )
-            for module in (driver, unitmemory):
+            for module in MODULES:
                 source = Path(str(module.__file__))
                 (staging / source.name).write_text(source.read_text())
             plan = driver_plan(target, remote, restart)
@@ -278,12 +350,16 @@ def run_target(
         env = f"HF_ENDPOINT={shlex.quote(plan['hf_endpoint'])} " if plan["hf_endpoint"] else ""
         stream = EventStream(target, changed)
         command = f"{env}{shlex.quote(python)} {remote}/driver.py {remote}/plan.json"
+        caches = target.via.caches if target.via else ()
+        caches = caches or (cache_reader(target.host, target.hostvars, target.plan, target.unit),)
+        before = read_counters(caches, timeout)
         try:
             result = run_driver(conn, command, remote, stream, stop or threading.Event())
         except BaseException:
             # The driver is stopped by now; its directory goes too.
             conn.run(cleanup, hide=True, warn=True)
             raise
+        after = read_counters(caches, timeout)
         _fetch(conn, remote, local)
         conn.run(cleanup, hide=True)
         if result.exited != 0:
@@ -311,6 +387,7 @@ def run_target(
         },
     }
     found = summary.service_summary(local, samples, meta)
+    found["fleet_prefix_cache"] = fleet_prefix_cache(before, after, [c.host for c in caches])
     report.render_service(samples, found, local)
     return found
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from acceldeploy.bench.profiles import Profile
-from acceldeploy.bench.runner import Target, Via
+from acceldeploy.bench.runner import CacheReader, Target, Via, cache_reader
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.inventory import roledefaults
@@ -60,6 +60,7 @@ def _target(
     profile: Callable[[Mapping[str, Any]], Profile],
 ) -> Target:
     servers = tuple(s.host for s in frontend.servers)
+    caches = tuple(_cache(every[host], host, frontend.service) for host in servers)
     for host in servers:
         hv = every[host]
         plan = selection.checked_plan(hv)
@@ -71,10 +72,16 @@ def _target(
                     gateway_plan.address(host, hv),
                     tls,
                 )
-                via = Via(gateway, url, servers, key)
+                via = Via(gateway, url, servers, key, caches)
                 return Target(host, hv, plan, unit, launch, profile(hv), via=via)
     raise AcceldeployError(
         f"--via-gateway {gateway}: none of {frontend.service}'s hosts ({', '.join(servers)}) "
         "has a serving env on the host to run vLLM's benchmark client from (Gaudi's is in "
         "its container)"
     )
+
+
+def _cache(hv: dict[str, Any], host: str, service: str) -> CacheReader:
+    plan = selection.checked_plan(hv)
+    unit = next(u for u in plan.units() if u.name == service)
+    return cache_reader(host, hv, plan, unit)

@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import groups, listeners, nonserving, roledefaults
+from acceldeploy.gateway import routing as routes
+from acceldeploy.inventory import bounds, groups, listeners, nonserving, roledefaults
 from acceldeploy.serving.service import (
     LOOPBACK,
     WILDCARDS,
@@ -22,6 +23,7 @@ from acceldeploy.serving.service import (
 )
 
 VAR = "gateway_frontends"
+FRONTEND_KEYS = ("service", "port", "bind", "servers", "routing")
 GROUP = groups.GATEWAYS
 MAX_WEIGHT = 256  # HAProxy's bound
 # What the role installs from the distribution (the offline bundle carries it).
@@ -46,6 +48,10 @@ class Frontend:
     port: int
     bind: str
     servers: tuple[Server, ...]
+    routing: str = routes.LEASTCONN
+    # The backend's balance lines (routes.lines): the template prints them.
+    balance: tuple[str, ...] = ("balance leastconn",)
+    reads_body: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,6 +67,10 @@ class Settings:
     stats_port: int = 0
     # gateway_tls_certificate: a path on each gateway host (the role copies nothing there).
     tls_certificate: str = ""
+    # How a frontend picks a server unless it names its own routing (routing.py).
+    routing: str = routes.LEASTCONN
+    affinity_header: str = routes.Affinity.header
+    affinity_balance_factor: int = routes.Affinity.balance_factor
 
 
 def _served(
@@ -151,16 +161,27 @@ def plan(
             "[{service: qwen3-vl, port: 9001}]"
         )
     _certificate(settings.tls_certificate)
+    routes.mode(settings.routing)
+    affinity = routes.Affinity(
+        routes.check_header(settings.affinity_header),
+        int(bounds.number("gateway_affinity_balance_factor", settings.affinity_balance_factor)),
+    )
     served = _served(serving)
     _keys(served)
     services = (view.get("services") for view in serving.values())
     nonserving.refuse_unserved(GROUP, gateway_services or {}, services)
-    result = []
+    result: list[Frontend] = []
+    published: dict[Any, int] = {}
     for i, raw in enumerate(frontends):
         var = f"{VAR}[{i}]"
-        if not isinstance(raw, Mapping) or set(raw) - {"service", "port", "bind", "servers"}:
-            raise AcceldeployError(f"{var} must be a mapping of service, port, bind, servers")
+        if not isinstance(raw, Mapping) or set(raw) - set(FRONTEND_KEYS):
+            raise AcceldeployError(f"{var} must be a mapping of {', '.join(FRONTEND_KEYS)}")
         name = raw.get("service")
+        if name in published:
+            raise AcceldeployError(
+                f"{var}.service {name} is also {VAR}[{published[name]}].service: HAProxy names "
+                "a frontend and its backend after the model, one per model; publish it once"
+            )
         if name not in served:
             known = ", ".join(sorted(served)) or "none"
             raise AcceldeployError(
@@ -177,7 +198,11 @@ def plan(
             )
         offered = [_server(h, a, s, gateways, var) for h, a, s in served[str(name)]]
         servers = _pick(raw.get("servers"), offered, str(name), f"{var}.servers")
-        result.append(Frontend(str(name), port, bind, servers))
+        how = routes.mode(raw.get("routing", settings.routing), f"{var}.routing")
+        balance = routes.lines(how, affinity)
+        reads_body = routes.reads_body(how)
+        result.append(Frontend(str(name), port, bind, servers, how, balance, reads_body))
+        published[name] = i
     haproxy = listeners.gateway(frontends, settings.stats_port)
     listeners.check(haproxy)
     # A gateway that serves as well (acceldeploy_serves): its services' ports come first.
@@ -268,6 +293,9 @@ def settings(hostvars: Mapping[str, Any]) -> Settings:
         allow_unauthenticated=bool(roledefaults.value(hostvars, "gateway_allow_unauthenticated")),
         stats_port=int(roledefaults.value(hostvars, "gateway_stats_port") or 0),
         tls_certificate=str(roledefaults.value(hostvars, "gateway_tls_certificate") or ""),
+        routing=str(roledefaults.value(hostvars, "gateway_routing")),
+        affinity_header=str(roledefaults.value(hostvars, "gateway_affinity_header")),
+        affinity_balance_factor=roledefaults.value(hostvars, "gateway_affinity_balance_factor"),
     )
 
 

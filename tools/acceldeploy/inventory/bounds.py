@@ -82,6 +82,8 @@ BOUNDS: dict[str, Bound] = {
     "vllm_service_max_fail_percentage": Bound(0, 100, "percent of a batch"),
     "gateway_retries": Bound(0, 10, "retries", note="each on another server"),
     "gateway_stats_port": Bound(0, 65535, "a TCP port", note="0 has no stats page"),
+    "gateway_affinity_balance_factor": Bound(100, 1000, "percent of the average load"),
+    "gateway_affinity_buffer": Bound(16384, 16 << 20, "bytes"),
     "vllm_service_gate_max_tokens": Bound(1, 4096, "tokens"),
     "vllm_service_gate_completion_timeout": Bound(1, DAY, "seconds"),
     "vllm_service_gate_retries": Bound(1, DAY // 5, "polls 5 s apart"),

@@ -1,0 +1,72 @@
+"""The conversations bench dataset (bench/conversations.py): conversations whose turns extend
+one another, new ones each round, one system prompt for all; the result in vLLM's keys; and the
+fleet's prefix-cache hit rate from each server's counters (bench/runner.py). The lab runs it
+for real through the gateway (tests/lab/test_gateway_affinity.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from acceldeploy.bench import conversations, profiles, report, runner
+from acceldeploy.verify.api import png
+
+
+def profile() -> dict:
+    return profiles.pick(None, "conversations").to_dict()
+
+
+def test_the_builtin_profile_is_a_multi_turn_image_chat() -> None:
+    found = profiles.pick(None, "conversations")
+    assert (found.dataset, found.turns, found.first_image) == ("conversations", 4, True)
+    assert found.system_len > 0 and found.max_concurrency
+
+
+def test_each_round_has_new_conversations_and_every_conversation_one_system_prompt(
+    tmp_path: Path,
+) -> None:
+    image = tmp_path / "img-0000.png"
+    image.write_bytes(png(32, 24, seed=1))
+    first = conversations.build(profile(), 0, [image])
+    assert first == conversations.build(profile(), 0, [image])  # the same seed, the same load
+    second = conversations.build(profile(), 1, [image])
+    assert {c.first for c in first}.isdisjoint({c.first for c in second})
+    assert len(first) == profile()["prompts"]
+    assert all(len(c.follow_ups) == profile()["turns"] - 1 for c in first)
+    system = conversations.system_prompt(profile())
+    assert len(system.split()) > profile()["system_len"]
+    opening = conversations.first_messages(system, first[0])
+    assert opening[0] == {"role": "system", "content": system}
+    image_part, text_part = opening[1]["content"]
+    assert image_part["image_url"]["url"].startswith("data:image/png;base64,")
+    assert text_part == {"type": "text", "text": first[0].first}
+
+
+def test_the_result_has_vllms_keys() -> None:
+    turns = [conversations.Turn(True, ttft=0.1 * i, e2el=0.5 + 0.1 * i, output_tokens=11,
+                                input_tokens=100) for i in range(1, 11)]  # fmt: skip
+    turns.append(conversations.Turn(False, error="HTTP Error 503"))
+    found = conversations.result(turns, 5.0)
+    assert (found["completed"], found["failed"]) == (10, 1)
+    assert found["request_throughput"] == pytest.approx(2.0)
+    assert found["output_throughput"] == pytest.approx(22.0)
+    assert found["median_ttft_ms"] == pytest.approx(550.0)
+    assert found["p99_ttft_ms"] == pytest.approx(991.0)
+    assert found["median_tpot_ms"] == pytest.approx(50.0)
+    assert found["errors"] == ["HTTP Error 503"]
+
+
+def test_the_fleets_hit_rate_is_every_servers_hits_over_its_queries() -> None:
+    before = {"lab1": {"prefix_cache_queries": 100.0, "prefix_cache_hits": 50.0},
+              "lab2": {"prefix_cache_queries": 0.0, "prefix_cache_hits": 0.0}}  # fmt: skip
+    after = {"lab1": {"prefix_cache_queries": 1100.0, "prefix_cache_hits": 850.0},
+             "lab2": {"prefix_cache_queries": 1000.0, "prefix_cache_hits": 600.0}}  # fmt: skip
+    fleet = runner.fleet_prefix_cache(before, after, ["lab1", "lab2"])
+    assert fleet["hosts"]["lab1"] == {"queries": 1000.0, "hits": 800.0, "hit_rate": 0.8}
+    assert (fleet["queries"], fleet["hits"], fleet["hit_rate"]) == (2000.0, 1400.0, 0.7)
+    service = {"host": "gw", "service": "m", "fleet_prefix_cache": fleet}
+    assert report.cache_words(service) == "; prefix cache hit 0.7 (lab1 0.8, lab2 0.6)"
+    # a server that could not be read leaves the fleet's rate unknown, not too high
+    partial = runner.fleet_prefix_cache(before, {"lab1": after["lab1"]}, ["lab1", "lab2"])
+    assert partial["hit_rate"] is None and partial["hosts"]["lab2"] is None

@@ -1,0 +1,221 @@
+"""The `conversations` bench dataset: multi-turn chats, each turn's prompt extending the last.
+
+Every conversation opens with one long system prompt (shared by all of them, as a product's
+instructions are) and a first user message of its own, with an image when the profile says so;
+each next turn sends the whole history again: the system prompt, every earlier question and the
+model's real answers, and a new question. So a server that saw the conversation's last turn
+holds its prefix in its cache, and one that did not computes the whole prompt again: what the
+gateway's routing decides.
+
+vLLM's own `vllm bench serve` sends one independent request per prompt (its datasets keep a
+conversation's first turn only), and its multi-turn benchmark lives in the vLLM repository's
+`benchmarks/multi_turn`, outside the wheel. So this module runs the load: `max_concurrency`
+conversations at a time, one turn after the other, each streamed, with the result keys vLLM's
+bench writes (`median_ttft_ms`, `p99_ttft_ms`, `request_throughput`, ...), so the summary,
+intervals and baselines read it as they read vLLM's.
+
+Standard library only: it is shipped to the host beside the driver.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Plain words for the generated text: the tokenizer turns each into one token or a few.
+WORDS = (
+    "report", "invoice", "shipment", "camera", "window", "river", "garden", "engine", "ticket",
+    "market", "budget", "signal", "doctor", "letter", "planet", "museum", "battery", "bridge",
+    "harbor", "coffee", "forest", "number", "sensor", "switch", "contract", "season",
+    "kitchen", "station", "mirror", "pocket", "rocket", "silver", "throttle", "valley",
+    "winter", "yellow",
+)  # fmt: skip
+PERCENTILES = (50, 90, 99)
+TIMEOUT_SECONDS = 600.0
+
+
+@dataclass
+class Conversation:
+    index: int
+    first: str
+    follow_ups: list[str]
+    image: str | None = None  # a data: URL
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Turn:
+    ok: bool
+    ttft: float = 0.0
+    e2el: float = 0.0
+    output_tokens: int = 0
+    input_tokens: int = 0
+    error: str = ""
+
+
+def words(rng: random.Random, count: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(count))
+
+
+def system_prompt(profile: Mapping[str, Any]) -> str:
+    """The prompt every conversation shares: the same for every round and run of a profile."""
+    rng = random.Random(f"system-{profile['seed']}")
+    return "You are the assistant of a logistics desk. " + words(rng, profile["system_len"])
+
+
+def build(profile: Mapping[str, Any], round_number: int, images: list[Path]) -> list[Conversation]:
+    """The round's conversations: new ones each round (a round never finds the last round's
+    conversations cached, only the shared system prompt)."""
+    rng = random.Random(f"conversations-{profile['seed']}-{round_number}")
+    found = []
+    for index in range(profile["prompts"]):
+        first = f"Case {round_number}-{index}: " + words(rng, profile["input_len"])
+        follow = [words(rng, profile["input_len"]) + "?" for _ in range(profile["turns"] - 1)]
+        image = None
+        if images:
+            data = images[index % len(images)].read_bytes()
+            image = "data:image/png;base64," + base64.b64encode(data).decode()
+        found.append(Conversation(index, first, follow, image))
+    return found
+
+
+def first_messages(system: str, conversation: Conversation) -> list[dict[str, Any]]:
+    content: Any = conversation.first
+    if conversation.image:
+        content = [
+            {"type": "image_url", "image_url": {"url": conversation.image}},
+            {"type": "text", "text": conversation.first},
+        ]
+    return [{"role": "system", "content": system}, {"role": "user", "content": content}]
+
+
+def request(url: str, model: str, messages: list[dict[str, Any]], output_len: int) -> Turn:
+    """One streamed chat completion: time to its first token, to its end, and its tokens."""
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": output_len,
+        "min_tokens": output_len,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"Content-Type": "application/json"}
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    started = time.perf_counter()
+    turn = Turn(ok=False)
+    text: list[str] = []
+    data = json.dumps(body).encode()
+    try:
+        call = urllib.request.Request(url + "/v1/chat/completions", data=data, headers=headers)
+        with urllib.request.urlopen(call, timeout=TIMEOUT_SECONDS) as answer:
+            for raw in answer:
+                line = raw.decode().strip()
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                for choice in chunk.get("choices") or []:
+                    piece = (choice.get("delta") or {}).get("content")
+                    if piece:
+                        if not text:
+                            turn.ttft = time.perf_counter() - started
+                        text.append(piece)
+                usage = chunk.get("usage")
+                if usage:
+                    turn.output_tokens = int(usage.get("completion_tokens") or 0)
+                    turn.input_tokens = int(usage.get("prompt_tokens") or 0)
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        turn.error = str(exc)[:300]
+        return turn
+    turn.e2el = time.perf_counter() - started
+    turn.ok = bool(text)
+    if not turn.ok:
+        turn.error = "no token in the answer"
+    messages.append({"role": "assistant", "content": "".join(text)})
+    return turn
+
+
+def run(plan: Mapping[str, Any], round_number: int, images: list[Path]) -> dict[str, Any]:
+    """One round: every conversation, `max_concurrency` at a time. The result in vLLM's keys."""
+    profile = plan["profile"]
+    url = plan.get("load_url") or plan["base_url"]
+    system = system_prompt(profile)
+    queue = build(profile, round_number, images)
+    turns: list[Turn] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                conversation = queue.pop(0)
+            messages = first_messages(system, conversation)
+            questions = [None, *conversation.follow_ups]
+            for question in questions:
+                if question is not None:
+                    messages.append({"role": "user", "content": question})
+                turn = request(url, plan["served_model_name"], messages, profile["output_len"])
+                with lock:
+                    turns.append(turn)
+                if not turn.ok:
+                    break  # the conversation cannot go on without its answer
+
+    started = time.perf_counter()
+    workers = [threading.Thread(target=worker) for _ in range(profile["max_concurrency"] or 1)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    return result(turns, time.perf_counter() - started)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * share / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def result(turns: list[Turn], duration: float) -> dict[str, Any]:
+    done = [t for t in turns if t.ok]
+    found: dict[str, Any] = {
+        "completed": len(done),
+        "failed": len(turns) - len(done),
+        "duration": duration,
+        "request_throughput": len(done) / duration if duration else 0.0,
+        "output_throughput": sum(t.output_tokens for t in done) / duration if duration else 0.0,
+        "total_input_tokens": sum(t.input_tokens for t in done),
+        "total_output_tokens": sum(t.output_tokens for t in done),
+        "errors": sorted({t.error for t in turns if t.error})[:5],
+    }
+    figures = {
+        "ttft": [t.ttft for t in done],
+        "e2el": [t.e2el for t in done],
+        "tpot": [(t.e2el - t.ttft) / (t.output_tokens - 1) for t in done if t.output_tokens > 1],
+    }
+    for name, seconds in figures.items():
+        if not seconds:
+            continue
+        ms = [s * 1000 for s in seconds]
+        found[f"mean_{name}_ms"] = statistics.fmean(ms)
+        found[f"median_{name}_ms"] = statistics.median(ms)
+        for share in PERCENTILES:
+            found[f"p{share}_{name}_ms"] = percentile(ms, share)
+    return found
