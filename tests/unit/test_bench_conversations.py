@@ -28,17 +28,21 @@ def test_each_round_has_new_conversations_and_every_conversation_one_system_prom
 ) -> None:
     image = tmp_path / "img-0000.png"
     image.write_bytes(png(32, 24, seed=1))
-    first = conversations.build(profile(), 0, [image])
-    assert first == conversations.build(profile(), 0, [image])  # the same seed, the same load
-    second = conversations.build(profile(), 1, [image])
+    first = conversations.build(profile(), 0, [image], "run-1")
+    again = conversations.build(profile(), 0, [image], "run-1")
+    assert first == again  # the same seed and run, the same load
+    second = conversations.build(profile(), 1, [image], "run-1")
     assert {c.first for c in first}.isdisjoint({c.first for c in second})
+    other_run = conversations.build(profile(), 0, [image], "run-2")
+    assert {c.first for c in first}.isdisjoint({c.first for c in other_run})
+    assert [c.follow_ups for c in first] == [c.follow_ups for c in other_run]
     assert len(first) == profile()["prompts"]
     assert all(len(c.follow_ups) == profile()["turns"] - 1 for c in first)
     system = conversations.system_prompt(profile())
     assert len(system.split()) > profile()["system_len"]
     opening = conversations.first_messages(system, first[0])
     assert opening[0] == {"role": "system", "content": system}
-    image_part, text_part = opening[1]["content"]
+    text_part, image_part = opening[1]["content"]
     assert image_part["image_url"]["url"].startswith("data:image/png;base64,")
     assert text_part == {"type": "text", "text": first[0].first}
 
@@ -70,3 +74,14 @@ def test_the_fleets_hit_rate_is_every_servers_hits_over_its_queries() -> None:
     # a server that could not be read leaves the fleet's rate unknown, not too high
     partial = runner.fleet_prefix_cache(before, {"lab1": after["lab1"]}, ["lab1", "lab2"])
     assert partial["hit_rate"] is None and partial["hosts"]["lab2"] is None
+
+
+def test_the_summary_schema_knows_every_dataset() -> None:
+    import json
+
+    from acceldeploy.cli.bench import SCHEMA
+
+    schema = json.loads(SCHEMA.read_text())
+    assert tuple(schema["properties"]["profile"]["properties"]["dataset"]["enum"]) == (
+        profiles.DATASETS
+    )

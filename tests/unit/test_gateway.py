@@ -196,7 +196,7 @@ def test_the_rendered_config_passes_haproxys_own_check(
                  "retry-on conn-failure empty-response", "option redispatch 1",
                  "load-server-state-from-file global", "bind 0.0.0.0:9001"):  # fmt: skip
         assert line in text, text
-    affine = ("tune.bufsize 131072", "balance hash var(txn.affinity)", "hash-balance-factor 150")
+    affine = ("tune.bufsize 131072", "balance hash var(txn.affinity)", "hash-balance-factor 300")
     assert all(line in text for line in affine) is (routing == "affinity"), text
     assert ("balance leastconn" in text) is (routing == "leastconn")
 

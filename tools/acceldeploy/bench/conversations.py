@@ -74,13 +74,16 @@ def system_prompt(profile: Mapping[str, Any]) -> str:
     return "You are the assistant of a logistics desk. " + words(rng, profile["system_len"])
 
 
-def build(profile: Mapping[str, Any], round_number: int, images: list[Path]) -> list[Conversation]:
-    """The round's conversations: new ones each round (a round never finds the last round's
-    conversations cached, only the shared system prompt)."""
+def build(
+    profile: Mapping[str, Any], round_number: int, images: list[Path], run: str = ""
+) -> list[Conversation]:
+    """The round's conversations: new ones each round and each run (`run`, the run's id, opens
+    every first message), so no round finds another's conversations cached, only the shared
+    system prompt, as with new users. The rest is the same for every run of a seed."""
     rng = random.Random(f"conversations-{profile['seed']}-{round_number}")
     found = []
     for index in range(profile["prompts"]):
-        first = f"Case {round_number}-{index}: " + words(rng, profile["input_len"])
+        first = f"Case {run}-{round_number}-{index}: " + words(rng, profile["input_len"])
         follow = [words(rng, profile["input_len"]) + "?" for _ in range(profile["turns"] - 1)]
         image = None
         if images:
@@ -94,8 +97,8 @@ def first_messages(system: str, conversation: Conversation) -> list[dict[str, An
     content: Any = conversation.first
     if conversation.image:
         content = [
-            {"type": "image_url", "image_url": {"url": conversation.image}},
             {"type": "text", "text": conversation.first},
+            {"type": "image_url", "image_url": {"url": conversation.image}},
         ]
     return [{"role": "system", "content": system}, {"role": "user", "content": content}]
 
@@ -124,15 +127,17 @@ def request(url: str, model: str, messages: list[dict[str, Any]], output_len: in
         with urllib.request.urlopen(call, timeout=TIMEOUT_SECONDS) as answer:
             for raw in answer:
                 line = raw.decode().strip()
-                if not line.startswith("data:") or line == "data: [DONE]":
+                if line == "data: [DONE]":
+                    turn.ok = True  # the answer is whole: not waiting for the connection to close
+                    break
+                if not line.startswith("data:"):
                     continue
                 chunk = json.loads(line[5:])
-                for choice in chunk.get("choices") or []:
-                    piece = (choice.get("delta") or {}).get("content")
-                    if piece:
-                        if not text:
-                            turn.ttft = time.perf_counter() - started
-                        text.append(piece)
+                choices = chunk.get("choices") or []
+                if choices and not turn.ttft:
+                    # vLLM's first chunk comes with the first token (its role, maybe no text)
+                    turn.ttft = time.perf_counter() - started
+                text.extend((c.get("delta") or {}).get("content") or "" for c in choices)
                 usage = chunk.get("usage")
                 if usage:
                     turn.output_tokens = int(usage.get("completion_tokens") or 0)
@@ -141,40 +146,60 @@ def request(url: str, model: str, messages: list[dict[str, Any]], output_len: in
         turn.error = str(exc)[:300]
         return turn
     turn.e2el = time.perf_counter() - started
-    turn.ok = bool(text)
     if not turn.ok:
-        turn.error = "no token in the answer"
+        turn.error = "the answer ended before data: [DONE]"
     messages.append({"role": "assistant", "content": "".join(text)})
     return turn
 
 
 def run(plan: Mapping[str, Any], round_number: int, images: list[Path]) -> dict[str, Any]:
-    """One round: every conversation, `max_concurrency` at a time. The result in vLLM's keys."""
+    """One round: every conversation open at once, as users are; each turn is sent when the
+    last one's answer is in and the user has thought for about `think_time` seconds (0.5x to
+    1.5x, seeded); at most `max_concurrency` requests in flight. So other conversations' turns
+    come between a conversation's turns, as on a shared service. The result in vLLM's keys."""
     profile = plan["profile"]
     url = plan.get("load_url") or plan["base_url"]
     system = system_prompt(profile)
-    queue = build(profile, round_number, images)
+    conversations = build(profile, round_number, images, Path(plan["run_dir"]).parent.name)
+    rng = random.Random(f"think-{profile['seed']}-{round_number}")
+    # (ready at, conversation, its messages so far, its next turn)
+    ready = [(0.0, c.index, first_messages(system, c), 0) for c in conversations]
+    by_index = {c.index: c for c in conversations}
     turns: list[Turn] = []
-    lock = threading.Lock()
+    busy = [0]
+    wake = threading.Condition()
+    started = time.perf_counter()
+
+    def take() -> tuple[float, int, list[dict[str, Any]], int] | None:
+        with wake:
+            while True:
+                if not ready and not busy[0]:
+                    return None
+                now = time.perf_counter() - started
+                due = min(ready, default=None)
+                if due is not None and due[0] <= now:
+                    ready.remove(due)
+                    busy[0] += 1
+                    return due
+                wake.wait(None if due is None else due[0] - now)
 
     def worker() -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                conversation = queue.pop(0)
-            messages = first_messages(system, conversation)
-            questions = [None, *conversation.follow_ups]
-            for question in questions:
-                if question is not None:
-                    messages.append({"role": "user", "content": question})
-                turn = request(url, plan["served_model_name"], messages, profile["output_len"])
-                with lock:
-                    turns.append(turn)
-                if not turn.ok:
-                    break  # the conversation cannot go on without its answer
+        while (item := take()) is not None:
+            _, index, messages, number = item
+            if number:
+                messages.append({"role": "user", "content": by_index[index].follow_ups[number - 1]})
+            turn = request(url, plan["served_model_name"], messages, profile["output_len"])
+            with wake:
+                turns.append(turn)
+                busy[0] -= 1
+                # a conversation cannot go on without its answer
+                if turn.ok and number + 1 < profile["turns"]:
+                    think = profile["think_time"] * rng.uniform(0.5, 1.5)
+                    ready.append(
+                        (time.perf_counter() - started + think, index, messages, number + 1)
+                    )
+                wake.notify_all()
 
-    started = time.perf_counter()
     workers = [threading.Thread(target=worker) for _ in range(profile["max_concurrency"] or 1)]
     for thread in workers:
         thread.start()

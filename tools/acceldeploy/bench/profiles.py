@@ -32,6 +32,7 @@ NOT_CONVERSATIONS = (
     "ignore_eos",
     "warmups",
 )
+CONVERSATION_FIELDS = ("turns", "system_len", "first_image", "think_time")
 # SLA and goodput keys: vLLM's request-level metrics; SLA keys carry the statistic too.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 SLA_STATS = ("mean", "median", "p50", "p90", "p99")
@@ -76,6 +77,7 @@ class Profile:
     turns: int = 1
     system_len: int = 0
     first_image: bool = False
+    think_time: float = 0.0  # seconds a user takes before the next turn
 
     @property
     def distinct_images(self) -> int:
@@ -145,6 +147,7 @@ FIELDS = {
     "dataset", "prompts", "output_len", "ignore_eos", "input_len", "request_rate",
     "max_concurrency", "rounds", "warmups", "seed", "image_reuse", "image_sizes", "dataset_path",
     "hf_split", "goodput", "sla", "sweep", "sample_interval", "turns", "system_len", "first_image",
+    "think_time",
 }  # fmt: skip
 
 
@@ -195,8 +198,8 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
         path = str(local)
     if dataset == "conversations":
         _conversations(raw, name)
-    elif set(raw) & {"turns", "system_len", "first_image"}:
-        key = sorted(set(raw) & {"turns", "system_len", "first_image"})[0]
+    elif set(raw) & set(CONVERSATION_FIELDS):
+        key = sorted(set(raw) & set(CONVERSATION_FIELDS))[0]
         raise AcceldeployError(f"{_where(name, key)} applies to dataset: conversations only")
     if dataset in ("random", "random-mm", "conversations") and raw.get("input_len") is None:
         raise AcceldeployError(f"{_where(name, 'input_len')} is required for dataset {dataset}")
@@ -243,6 +246,7 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
         turns=_number(raw, name, "turns", int, 1, high=100) or 1,
         system_len=_number(raw, name, "system_len", int, 0, high=100000) or 0,
         first_image=bool(raw.get("first_image", False)),
+        think_time=_number(raw, name, "think_time", float, 0, high=3600) or 0.0,
     )
 
 

@@ -38,7 +38,7 @@ class Affinity:
     """The affinity mode's settings (the gateway role's variables)."""
 
     header: str = "x-session-id"
-    balance_factor: int = 150
+    balance_factor: int = 300
 
 
 def mode(value: object, where: str = VAR) -> str:
