@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_run import run_playbook
 from labhost import INVENTORY, ROOT, haproxy, haproxy_servers, lab_cli, on_host
 from vllm_client import chat
@@ -156,11 +157,64 @@ def test_bench_via_the_gateway_is_one_run_that_loads_both_hosts(
     assert (run / GATEWAY / "qwen3-vl" / "memory.png").stat().st_size > 0
 
 
+def conversations(inventory: Path, out: Path, *via: str) -> dict:
+    """`bench --profile conversations-short` (multi-turn chats, inventory below), through the
+    gateway (`via`) or on lab1 alone: the service's summary."""
+    where = ["--via-gateway", *via] if via else ["--limit", "lab1"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/bench.py"), "-i", str(inventory), "--profile",
+         "conversations-short", *where, "--out", str(out)],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    (service,) = json.loads((run / "summary.json").read_text())["services"]
+    (point,) = service["points"]
+    assert [(r["completed"], r["failed"]) for r in point["runs"]] == [(64, 0), (64, 0)]
+    return service
+
+
+def test_affinity_routing_keeps_each_conversation_where_its_prefix_is_cached(
+    gateway: str, tmp_path: Path
+) -> None:
+    """Multi-turn chats through the gateway (bench's conversations dataset: 16 users a round,
+    4 turns each with think time, one shared system prompt, an image in each first turn): with
+    `gateway_routing: affinity` the fleet's prefix-cache hit rate is within 10% of what lab1
+    alone gets on the same shape of load, and above least connections', whose next turn finds
+    the other host half the time. Then the gateway goes back to the lab's routing."""
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").symlink_to(INVENTORY)
+    profile = {"dataset": "conversations", "prompts": 16, "turns": 4, "system_len": 60,
+               "input_len": 40, "output_len": 32, "first_image": True, "think_time": 1.0,
+               "max_concurrency": 4, "rounds": 2}  # fmt: skip
+    (inventory / "group_vars" / "all.yml").write_text(
+        (INVENTORY.parent / "group_vars" / "all.yml").read_text()
+        + yaml.safe_dump({"acceldeploy_bench_profiles": {"conversations-short": profile}})
+    )
+    least = conversations(inventory, tmp_path / "least", GATEWAY)
+    try:
+        affine = run_playbook("playbooks/gateway.yml", INVENTORY, {"gateway_routing": "affinity"})
+        assert affine.ok and affine.changed(GATEWAY) > 0, affine.output[-4000:]
+        assert "balance hash var(txn.affinity)" in on_host(GATEWAY, f"cat {CONFIG}")
+        kept = conversations(inventory, tmp_path / "affinity", GATEWAY)
+    finally:
+        back = run_playbook("playbooks/gateway.yml", INVENTORY)
+        assert back.ok, back.output[-4000:]
+    alone = conversations(inventory, tmp_path / "alone")
+    rates = {name: s["fleet_prefix_cache"]["hit_rate"]
+             for name, s in (("least", least), ("affinity", kept), ("alone", alone))}  # fmt: skip
+    print(f"prefix-cache hit rates: {rates}")
+    assert set(kept["fleet_prefix_cache"]["hosts"]) == set(SERVING)
+    assert rates["affinity"] >= 0.9 * rates["alone"], rates
+    assert rates["affinity"] > rates["least"] + 0.03, rates
+
+
 @pytest.mark.parametrize(
     "frontends, says",
     [
-        ([{"service": "qwen3-vl", "port": 9001}, {"service": "qwen3-vl", "port": 9001}],
-         "gateway_frontends[1].port 9001 is also gateway_frontends[0].port"),
+        ([{"service": "qwen3-vl", "port": 9000}],
+         "gateway_frontends[0].port 9000 is also gateway_stats_port"),
         ([{"service": "qwen3-vl", "port": 9001, "servers": [{"host": "lab2", "port": 8009}]}],
          "gateway_frontends[0].servers[0]: no service qwen3-vl answers on lab2:8009"),
     ],

@@ -85,3 +85,27 @@ def test_the_summary_schema_knows_every_dataset() -> None:
     assert tuple(schema["properties"]["profile"]["properties"]["dataset"]["enum"]) == (
         profiles.DATASETS
     )
+
+
+def test_runs_compared_side_by_side(tmp_path: Path) -> None:
+    import json
+
+    from acceldeploy.bench import compare
+
+    runs = {}
+    for label, hit, rates in (
+        ("least", 0.49, [6.1, 6.4, 6.9]),
+        ("affinity", 0.70, [8.5, 9.4, 10.7]),
+    ):
+        run = tmp_path / label
+        run.mkdir()
+        service = {"points": [{"runs": [{"request_throughput": r, "median_ttft_ms": 200.0,
+                                          "p99_ttft_ms": 900.0, "failed": 0} for r in rates]}],
+                   "fleet_prefix_cache": {"hit_rate": hit}}  # fmt: skip
+        (run / "summary.json").write_text(json.dumps({"services": [service]}))
+        runs[label] = compare.read(run)
+    lines = compare.table(runs)
+    assert lines[2].startswith("| least | 0.49 | 6.4 [")
+    assert lines[3].startswith("| affinity | 0.7 | 9.4 [")
+    compare.plot(runs, tmp_path / "runs.png")
+    assert (tmp_path / "runs.png").stat().st_size > 0
