@@ -74,6 +74,13 @@ def test_the_fleets_hit_rate_is_every_servers_hits_over_its_queries() -> None:
     # a server that could not be read leaves the fleet's rate unknown, not too high
     partial = runner.fleet_prefix_cache(before, {"lab1": after["lab1"]}, ["lab1", "lab2"])
     assert partial["hit_rate"] is None and partial["hosts"]["lab2"] is None
+    # a server restarted in the run (a rollout) counts from 0 again: its rise is unknown
+    started = {h: {**v, runner.STARTED: 1.0} for h, v in before.items()}
+    restarted = {**after, "lab2": {**after["lab2"], runner.STARTED: 2.0}}
+    restarted["lab1"] = {**after["lab1"], runner.STARTED: 1.0}
+    moved = runner.fleet_prefix_cache(started, restarted, ["lab1", "lab2"])
+    assert moved["hosts"]["lab2"] is None and moved["hosts"]["lab1"]["hit_rate"] == 0.8
+    assert moved["hit_rate"] is None
 
 
 def test_the_summary_schema_knows_every_dataset() -> None:

@@ -47,6 +47,7 @@ def lab_series() -> list[tuple[str, dict[str, str], float]]:
         ("acceldeploy:requests:rate1m", LAB, 1.5),
         ("acceldeploy:generation_tokens:rate1m", LAB, 120.0),
         ("acceldeploy:ttft_seconds:p99_5m", LAB, 0.18),
+        (rules.PREFIX_HIT, LAB, 0.7),
         ("node_systemd_unit_state", {**node, "name": UNIT, "state": "active"}, 1.0),
         ("node_systemd_service_restart_total", {**node, "name": UNIT}, 0.0),
         ("node_memory_MemAvailable_bytes", node, 8e9),

@@ -32,6 +32,8 @@ RENAMED = {
     "requests": "vllm:requests_finished_total",
     "generation_tokens": "vllm:output_tokens_total",
     "time_to_first_token": "vllm:first_token_latency_seconds",
+    "prefix_cache_queries": "vllm:prefix_cache_lookups_total",
+    "prefix_cache_hits": "vllm:prefix_cache_found_total",
 }
 
 
@@ -112,6 +114,7 @@ def test_a_shorter_for_fires_sooner(tmp_path: Path) -> None:
     [({"alert_for": {"down": "soon"}}, "monitor_alert_for.down: 'soon' is not a duration"),
      ({"alert_for": {"melted": "1m"}}, "monitor_alert_for.melted: no such alert"),
      ({"kv_cache_high": 1.5}, "monitor_kv_cache_high must be a share in (0, 1]"),
+     ({"prefix_cache_drop": 1}, "monitor_prefix_cache_drop must be a share in (0, 1)"),
      ({"growth_band_mib": {"process": 0}}, "monitor_growth_band_mib must give process and device"),
      ({"ttft_slo": {"qwen3-vl": "2"}}, "monitor_ttft_slo.qwen3-vl: '2' is not a duration"),
      ({"growth_window": "1 hour"}, "monitor_growth_window: '1 hour' is not a duration"),
@@ -128,7 +131,7 @@ def test_bad_settings_are_named(raw: dict[str, object], says: str) -> None:
 def test_every_alert_has_a_runbook_naming_a_command() -> None:
     document = rules.document(rules.settings({"ttft_slo": {"m": "1s"}}))
     alerts = [r for g in document["groups"] for r in g["rules"] if "alert" in r]
-    assert len(alerts) == 12
+    assert len(alerts) == 13
     for alert in alerts:
         runbook = alert["annotations"]["runbook"]
         assert any(cmd in runbook for cmd in ("acceldeploy ", "ansible-playbook ", "systemctl ",

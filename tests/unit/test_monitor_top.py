@@ -41,8 +41,22 @@ def test_direct_readings_turn_counters_into_rates_and_name_a_silent_service_down
     assert row["state"] == "serving"
     assert (row["req/s"], row["tok/s"]) == ("5.0/s", "50.0/s")
     assert (row["run"], row["KV"]) == ("0", "0%")
+    assert row["hit"] == "-"  # no prefix-cache query between the readings
     assert row["memory"] == "-"  # memory needs the monitor
     assert cells(second)[LAB2]["state"] == "DOWN"
+
+
+def test_the_prefix_cache_hit_rate_is_the_hits_over_the_queries_between_two_readings() -> None:
+    first = top.from_metrics({LAB1: METRICS}, None, at=100.0)
+    queried = METRICS.replace(
+        'vllm:prefix_cache_queries_total{engine="0",model_name="qwen3-vl"} 4171.0',
+        'vllm:prefix_cache_queries_total{engine="0",model_name="qwen3-vl"} 5171.0',
+    ).replace(
+        'vllm:prefix_cache_hits_total{engine="0",model_name="qwen3-vl"} 0.0',
+        'vllm:prefix_cache_hits_total{engine="0",model_name="qwen3-vl"} 700.0',
+    )
+    second = top.from_metrics({LAB1: queried}, first, at=102.0)
+    assert cells(second)[LAB1]["hit"] == "70%"
 
 
 def test_direct_readings_use_each_services_own_stacks_names() -> None:

@@ -153,12 +153,14 @@ def figures_line(service: dict[str, Any]) -> str | None:
 def cache_words(service: dict[str, Any]) -> str:
     """`; prefix cache hit 0.81 (lab1 0.80, lab2 0.82)`: over the run, on every server."""
     fleet = service.get("fleet_prefix_cache")
-    if not fleet or fleet["hit_rate"] is None:
+    if not fleet or not fleet["hosts"]:
         return ""
     hosts = ", ".join(
-        f"{host} {'unread' if v is None else v['hit_rate']}" for host, v in fleet["hosts"].items()
+        f"{host} {'unread or restarted' if v is None else v['hit_rate']}"
+        for host, v in fleet["hosts"].items()
     )
-    return f"; prefix cache hit {fleet['hit_rate']} ({hosts})"
+    rate = "unknown" if fleet["hit_rate"] is None else fleet["hit_rate"]
+    return f"; prefix cache hit {rate} ({hosts})"
 
 
 def write_html(run: dict[str, Any], run_dir: Path) -> Path:

@@ -50,6 +50,8 @@ class CacheReader:
 
 
 PREFIX_KEYS = ("prefix_cache_queries", "prefix_cache_hits")
+# prometheus_client's own series in vLLM's /metrics: a restart in the run restarts the counters
+STARTED = "process_start_time_seconds"
 READ_METRICS = (
     "python3 -c 'import sys, urllib.request as r; "
     "sys.stdout.write(r.urlopen(sys.argv[1], timeout=10).read().decode())' {url}"
@@ -60,6 +62,7 @@ def cache_reader(
     host: str, hostvars: dict[str, Any], plan: HostPlan, unit: ServiceUnit
 ) -> CacheReader:
     series = {plan.platform.metrics[key]: key for key in PREFIX_KEYS}
+    series[STARTED] = STARTED
     return CacheReader(host, hostvars, f"{unit.base_url}/metrics", series)
 
 
@@ -76,7 +79,7 @@ def read_counters(readers: tuple[CacheReader, ...], timeout: float) -> dict[str,
         finally:
             conn.close()
         counters = driver.parse_metrics(out.stdout, reader.series)
-        if out.exited == 0 and set(counters) == set(PREFIX_KEYS):
+        if out.exited == 0 and set(PREFIX_KEYS) <= set(counters):
             found[reader.host] = counters
     return found
 
@@ -85,13 +88,16 @@ def fleet_prefix_cache(
     before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], hosts: list[str]
 ) -> dict[str, Any]:
     """The prefix-cache hit rate of every server over the run, and the fleet's (hits over
-    queries, summed): what the gateway's routing leaves in the engines' caches."""
+    queries, summed): what the gateway's routing leaves in the engines' caches. A server that
+    restarted in the run (a rollout) started its counters again: its rise is unknown (None)."""
     per_host: dict[str, Any] = {}
     for host in hosts:
-        if host not in before or host not in after:
+        then, now = before.get(host), after.get(host)
+        restarted = then and now and then.get(STARTED) != now.get(STARTED)
+        if not then or not now or restarted or any(now[k] < then[k] for k in PREFIX_KEYS):
             per_host[host] = None
             continue
-        queries, hits = (after[host][k] - before[host][k] for k in PREFIX_KEYS)
+        queries, hits = (now[k] - then[k] for k in PREFIX_KEYS)
         per_host[host] = {"queries": queries, "hits": hits,
                           "hit_rate": round(hits / queries, 4) if queries else None}  # fmt: skip
     read = [v for v in per_host.values() if v]

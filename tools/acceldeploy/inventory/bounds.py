@@ -95,6 +95,9 @@ BOUNDS: dict[str, Bound] = {
     "monitor_memory_interval": Bound(1, 3600, "seconds"),
     "monitor_npu_exporter_update_time": Bound(1, 60, "seconds, npu-exporter's -updateTime"),
     "monitor_kv_cache_high": Bound(0.01, 1, "a share of the KV cache", whole=False),
+    "monitor_prefix_cache_drop": Bound(
+        0.01, 0.99, "a share of the day before's hit rate", whole=False
+    ),
 }
 WHOLE = re.compile(r"\s*-?\d+\s*")
 

@@ -29,6 +29,8 @@ class Figure:
     # a gauge read as is, or a counter turned into a rate
     metric: str = ""
     counter: bool = False
+    # a counter this one's rise is divided by (a hit rate: hits over queries)
+    over: str = ""
 
 
 def figures(metrics: Mapping[str, str] = rules.DEFAULT_SERIES) -> tuple[Figure, ...]:
@@ -42,6 +44,8 @@ def figures(metrics: Mapping[str, str] = rules.DEFAULT_SERIES) -> tuple[Figure, 
                metric=m["waiting"]),
         Figure("kv_cache", "KV cache used", f'{m["kv_cache_usage"]}{{job="vllm"}}', "ratio",
                metric=m["kv_cache_usage"]),
+        Figure("prefix_hit", "Prefix-cache hit rate", rules.PREFIX_HIT, "ratio",
+               metric=m["prefix_cache_hits"], counter=True, over=m["prefix_cache_queries"]),
         Figure("requests", "Requests served", "acceldeploy:requests:rate1m", "per_second",
                metric=m["requests"], counter=True),
         Figure("tokens", "Generated tokens", "acceldeploy:generation_tokens:rate1m",

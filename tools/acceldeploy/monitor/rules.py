@@ -36,7 +36,12 @@ DURATION_UNITS = ("ms", "s", "m", "h", "d")
 # The roles of vLLM's series the rules and the figures (figures.py) read: every PromQL string
 # of the monitor that names a vLLM series takes it from Settings.metrics by one of these.
 SERIES_ROLES = ("running", "waiting", "kv_cache_usage", "preemptions", "requests",
-                "generation_tokens", "time_to_first_token")  # fmt: skip
+                "generation_tokens", "time_to_first_token", "prefix_cache_queries",
+                "prefix_cache_hits")  # fmt: skip
+# The prefix cache's hit rate: per service, and per model over every server (the fleet's: what
+# the gateway's routing leaves in the engines' caches).
+PREFIX_HIT = "acceldeploy:prefix_cache_hit_ratio:rate5m"
+FLEET_PREFIX_HIT = "acceldeploy:prefix_cache_hit_ratio:fleet_rate5m"
 # Their names when the monitors scrape no stack that says otherwise: vLLM 0.12's.
 DEFAULT_SERIES: dict[str, str] = {role: DEFAULT_METRICS[role] for role in SERIES_ROLES}
 # A Prometheus metric name: what a series name must be to go into PromQL as it is.
@@ -54,6 +59,8 @@ class Settings:
 
     alert_for: Mapping[str, str] = field(default_factory=dict)
     kv_cache_high: float = 0.9
+    # the alert's share of the day before's fleet hit rate (monitor_prefix_cache_drop)
+    prefix_cache_drop: float = 0.5
     growth_window: str = "30m"
     growth_band_mib: Mapping[str, int] = field(default_factory=dict)
     # {service: seconds}: p99 TTFT goals (monitor_ttft_slo)
@@ -78,6 +85,9 @@ FOR_DEFAULTS = {
     # a rank rejoins within a minute when the group heals by itself (docs/operations/multi-node)
     "group_node": "2m",
     "scrape": "5m",
+    # the fleet's prefix-cache hits under half of the day before's: a routing change, or
+    # servers flapping in and out of the gateway
+    "prefix_cache": "15m",
     # a second window in a row: one window above the last can be a new, larger working set
     "growth": "30m",
 }
@@ -106,6 +116,12 @@ def settings(raw: Mapping[str, Any]) -> Settings:
     kv = float(raw.get("kv_cache_high", 0.9))
     if not 0 < kv <= 1:
         raise AcceldeployError(f"monitor_kv_cache_high must be a share in (0, 1], got {kv}")
+    drop = float(raw.get("prefix_cache_drop", 0.5))
+    if not 0 < drop < 1:
+        raise AcceldeployError(
+            f"monitor_prefix_cache_drop must be a share in (0, 1) of the day before's fleet "
+            f"prefix-cache hit rate, got {drop}"
+        )
     bands = {**BAND_DEFAULTS, **dict(raw.get("growth_band_mib") or {})}
     if set(bands) != set(BAND_DEFAULTS) or any(int(v) <= 0 for v in bands.values()):
         raise AcceldeployError("monitor_growth_band_mib must give process and device, in MiB > 0")
@@ -115,7 +131,7 @@ def settings(raw: Mapping[str, Any]) -> Settings:
     window = _duration(raw.get("growth_window") or "30m", "monitor_growth_window")
     mib = {k: int(v) for k, v in bands.items()}
     names, alternatives = series_names(raw.get("metrics") or {})
-    return Settings(alert_for, kv, window, mib, slo, names, alternatives)
+    return Settings(alert_for, kv, drop, window, mib, slo, names, alternatives)
 
 
 def series_names(
@@ -256,6 +272,18 @@ def document(s: Settings) -> dict[str, Any]:
                "{{ $labels.job }} on {{ $labels.host }} cannot be scraped",
                "on the host, systemctl status of the exporter; "
                "`ansible-playbook site.yml -i <inventory> --tags monitor`"),
+        _alert("PrefixCacheHitsDropped",
+               f"{FLEET_PREFIX_HIT} < {s.prefix_cache_drop:g} * "
+               f"avg_over_time({FLEET_PREFIX_HIT}[1d] offset 1h) "
+               f'and sum by (service) (rate({m["prefix_cache_queries"]}{{job="vllm"}}[5m])) > 0',
+               f["prefix_cache"], "warning",
+               "{{ $labels.service }}: the fleet's prefix-cache hit rate is "
+               "{{ $value | humanizePercentage }}, under "
+               f"{s.prefix_cache_drop:g}x the day before's",
+               "conversations no longer find their cache: is the gateway's routing "
+               "affinity (gateway_routing), and do servers leave its rotation (`acceldeploy "
+               "verify -i <inventory>`)? `acceldeploy bench -i <inventory> --via-gateway "
+               "<gateway> --profile conversations` gives the fleet's hit rate"),
         _growth("ServiceMemoryGrowing", f'{SERVICE_MEMORY}{{source="pss"}}',
                 s.growth_band_mib["process"] * MIB, s, "{{ $labels.service }}'s memory"),
         _growth("NpuMemoryGrowing", NPU_HBM_USED_BYTES,
@@ -282,6 +310,12 @@ def document(s: Settings) -> dict[str, Any]:
         {"record": NPU_HBM_USED_BYTES, "expr": f"{NPU_HBM_USED_MB} * {MIB}"},
         {"record": "acceldeploy:requests:rate1m",
          "expr": f'sum by (host, service) (rate({m["requests"]}{{job="vllm"}}[1m]))'},
+        {"record": PREFIX_HIT,
+         "expr": f'sum by (host, service) (rate({m["prefix_cache_hits"]}{{job="vllm"}}[5m])) / '
+                 f'sum by (host, service) (rate({m["prefix_cache_queries"]}{{job="vllm"}}[5m]))'},
+        {"record": FLEET_PREFIX_HIT,
+         "expr": f'sum by (service) (rate({m["prefix_cache_hits"]}{{job="vllm"}}[5m])) / '
+                 f'sum by (service) (rate({m["prefix_cache_queries"]}{{job="vllm"}}[5m]))'},
     ]  # fmt: skip
     records = [*unified_records(s), *records]
     return {"groups": [{"name": "acceldeploy-records", "rules": records},

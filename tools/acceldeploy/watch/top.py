@@ -16,7 +16,8 @@ from acceldeploy.monitor import figures, rules
 from acceldeploy.monitor.figures import FIGURES
 
 Key = tuple[str, str]  # (host, service)
-COLUMNS = ("running", "waiting", "kv_cache", "requests", "tokens", "ttft_p99", "memory")
+COLUMNS = ("running", "waiting", "kv_cache", "prefix_hit", "requests", "tokens", "ttft_p99",
+           "memory")  # fmt: skip
 # the memory trend: its slope over this window, per hour
 TREND_WINDOW = "15m"
 TREND_QUERY = f"deriv({figures.BY_KEY['memory'].query}[{TREND_WINDOW}]) * 3600"
@@ -65,7 +66,8 @@ def from_prometheus(
 
 def wanted(metrics: Mapping[str, str]) -> dict[str, str]:
     """{vLLM series: figure key} of the figures read from /metrics, named by `metrics`."""
-    return {f.metric: f.key for f in figures.figures(metrics) if f.metric}
+    found = {f.metric: f.key for f in figures.figures(metrics) if f.metric}
+    return {**found, **{f.over: f"{f.key}_over" for f in figures.figures(metrics) if f.over}}
 
 
 def from_metrics(
@@ -91,10 +93,20 @@ def from_metrics(
                 values[figure.key] = read[figure.key]
                 continue
             values[f"{figure.key}_total"] = read[figure.key]
+            if figure.over and f"{figure.key}_over" in read:
+                values[f"{figure.key}_over_total"] = read[f"{figure.key}_over"]
             before = previous.values.get(key, {}) if previous else {}
-            if f"{figure.key}_total" in before and previous and at > previous.at:
-                delta = read[figure.key] - before[f"{figure.key}_total"]
-                values[figure.key] = max(delta, 0.0) / (at - previous.at)
+            if f"{figure.key}_total" not in before or not previous or at <= previous.at:
+                continue
+            delta = max(read[figure.key] - before[f"{figure.key}_total"], 0.0)
+            if not figure.over:
+                values[figure.key] = delta / (at - previous.at)
+                continue
+            # a hit rate: this counter's rise over its `over` counter's, the same interval
+            over_now = values.get(f"{figure.key}_over_total")
+            over_then = before.get(f"{figure.key}_over_total")
+            if over_now is not None and over_then is not None and over_now > over_then:
+                values[figure.key] = delta / (over_now - over_then)
         snap.values[key] = values
     return snap
 
@@ -126,7 +138,8 @@ def trend(per_hour: float | None, alerts: list[str]) -> str:
 
 
 # a terminal's width: short headers, one line per service
-SHORT = {"running": "run", "waiting": "wait", "kv_cache": "KV", "requests": "req/s",
+SHORT = {"running": "run", "waiting": "wait", "kv_cache": "KV", "prefix_hit": "hit",
+         "requests": "req/s",
          "tokens": "tok/s", "ttft_p99": "TTFT p99", "memory": "memory"}  # fmt: skip
 HEADERS = ("host", "service", "state", *(SHORT[c] for c in COLUMNS), f"trend {TREND_WINDOW}",
            "alerts")  # fmt: skip
