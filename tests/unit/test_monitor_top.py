@@ -39,7 +39,7 @@ def test_direct_readings_turn_counters_into_rates_and_name_a_silent_service_down
     second = top.from_metrics({LAB1: later(METRICS), LAB2: None}, first, at=102.0)
     row = cells(second)[LAB1]
     assert row["state"] == "serving"
-    assert (row["req/s"], row["tok/s"]) == ("5.0/s", "50.0/s")
+    assert (row["req/s"], row["tok/s"]) == ("5.0", "50.0")
     assert (row["run"], row["KV"]) == ("0", "0%")
     assert row["hit"] == "-"  # no prefix-cache query between the readings
     assert row["memory"] == "-"  # memory needs the monitor
@@ -57,6 +57,18 @@ def test_the_prefix_cache_hit_rate_is_the_hits_over_the_queries_between_two_read
     )
     second = top.from_metrics({LAB1: queried}, first, at=102.0)
     assert cells(second)[LAB1]["hit"] == "70%"
+
+
+def test_a_busy_row_fits_an_80_column_terminal_whole() -> None:
+    from rich.console import Console
+
+    busy = {"up": 1.0, "running": 12, "waiting": 3, "kv_cache": 0.42, "prefix_hit": 0.71,
+            "requests": 12.1, "tokens": 812.5, "ttft_p99": 1.25, "memory": 12.5 * 2**30,
+            "trend": -27.9 * 2**20}  # fmt: skip
+    out = io.StringIO()
+    Console(file=out, width=80).print(top.table(top.Snapshot(values={LAB1: busy}), "top"))
+    assert "…" not in out.getvalue(), out.getvalue()
+    assert "lab1/qwen3-vl serving  12    3 42% 71%  12.1 812.5  1250 ms" in out.getvalue()
 
 
 def test_direct_readings_use_each_services_own_stacks_names() -> None:
@@ -106,10 +118,10 @@ def test_prometheus_readings_show_each_service_its_trend_and_its_alerts(tmp_path
     assert (one["run"], one["KV"], one["req/s"]) == (
         "3",
         "42%",
-        "2.5/s",
+        "2.5",
     )
     assert one["memory"].endswith("GiB")
-    assert one["trend 15m"] == "+240.0 MiB/h"
+    assert one["trend 15m"] == "+240 MiB/h"
     assert two["trend 15m"] == "flat"
     assert (one["alerts"], two["alerts"]) == ("", "VllmServiceDown, ScrapeFailing (pending)")
     assert table[("lab9", "other")]["state"] == "-"  # expected, never scraped

@@ -118,12 +118,18 @@ def rows(snap: Snapshot) -> list[list[str]]:
         host, service = key
         values = snap.values[key]
         state = "-" if "up" not in values else ("serving" if values["up"] >= 1 else "DOWN")
-        cells = [figures.text(values.get(c), figures.BY_KEY[c].unit) for c in COLUMNS]
+        cells = [cell(values.get(c), figures.BY_KEY[c].unit) for c in COLUMNS]
         alerts = [*snap.alerts.get(key, []), *snap.alerts.get((host, ""), [])]
         out.append(
             [host, service, state, *cells, trend(values.get("trend"), alerts), ", ".join(alerts)]
         )
     return out
+
+
+def cell(value: float | None, unit: str) -> str:
+    """A figure in the table: a rate without its "/s", which the column's header says."""
+    found = figures.text(value, unit)
+    return found.removesuffix("/s") if unit == "per_second" else found
 
 
 def trend(per_hour: float | None, alerts: list[str]) -> str:
@@ -134,7 +140,11 @@ def trend(per_hour: float | None, alerts: list[str]) -> str:
     band = rules.BAND_DEFAULTS["process"] * rules.MIB
     if abs(per_hour) < band / 4:
         return "flat"
-    return f"{'+' if per_hour > 0 else '-'}{figures.text(abs(per_hour), 'bytes')}/h"
+    size = figures.text(abs(per_hour), "bytes")
+    number, unit = size.split(" ")
+    if float(number) >= 10:  # whole units from 10 on: the row stays within 80 columns
+        number = f"{float(number):.0f}"
+    return f"{'+' if per_hour > 0 else '-'}{number} {unit}/h"
 
 
 # a terminal's width: short headers, one line per service
