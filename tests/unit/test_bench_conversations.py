@@ -116,3 +116,11 @@ def test_runs_compared_side_by_side(tmp_path: Path) -> None:
     assert lines[3].startswith("| affinity | 0.7 | 9.4 [")
     compare.plot(runs, tmp_path / "runs.png")
     assert (tmp_path / "runs.png").stat().st_size > 0
+
+
+def test_another_profiles_dict_and_so_its_baselines_key_are_what_they_were() -> None:
+    """The conversations fields appear on that dataset only: a baseline recorded before they
+    existed keeps its profile hash (runner.run_key), so `--baseline` still compares."""
+    smoke = profiles.pick(None, "smoke").to_dict()
+    assert not set(profiles.CONVERSATION_FIELDS) & set(smoke)
+    assert set(profiles.CONVERSATION_FIELDS) <= set(profile())

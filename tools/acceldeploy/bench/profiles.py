@@ -85,7 +85,13 @@ class Profile:
         return max(1, math.ceil(self.prompts * (1.0 - self.image_reuse)))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Its fields; a conversations field only on that dataset, so another profile's dict
+        (and the run key's hash of it: baselines) is what it was before they existed."""
+        found = asdict(self)
+        if self.dataset != "conversations":
+            for name in CONVERSATION_FIELDS:
+                del found[name]
+        return found
 
 
 def _where(name: str, key: str) -> str:
