@@ -124,3 +124,10 @@ def test_another_profiles_dict_and_so_its_baselines_key_are_what_they_were() -> 
     smoke = profiles.pick(None, "smoke").to_dict()
     assert not set(profiles.CONVERSATION_FIELDS) & set(smoke)
     assert set(profiles.CONVERSATION_FIELDS) <= set(profile())
+
+
+def test_the_driver_runs_its_own_load_for_the_conversations_dataset_only() -> None:
+    from acceldeploy.bench import driver
+
+    assert driver.own_load({"profile": profile()})
+    assert not driver.own_load({"profile": profiles.pick(None, "smoke").to_dict()})

@@ -246,6 +246,11 @@ def bench_argv(plan: dict[str, Any], rate: float, result_dir: Path, run: int) ->
     return argv
 
 
+def own_load(plan: dict[str, Any]) -> bool:
+    """The profile's load is conversations.py's, not vLLM's (profiles.CONVERSATIONS)."""
+    return bool(plan["profile"]["dataset"] == "conversations")
+
+
 def rate_dir(run_dir: Path, rate: float, prefix: str = "BENCH") -> Path:
     """vLLM's sweep layout (`vllm bench sweep plot` reads DIR/**/summary.json)."""
     return run_dir / f"{prefix}-request_rate={'inf' if rate == INF else f'{rate:g}'}"
@@ -271,7 +276,7 @@ def run_point(
         label = "inf" if rate == INF else f"{rate:g}"
         mark(sampler, f"{kind} {number + 1} @ {label}", 0)
         started = time.time()
-        if plan["profile"]["dataset"] == "conversations":
+        if own_load(plan):
             result = conversations.run(plan, number, images)
             (out / f"run={number}.json").write_text(json.dumps(result))
         else:
@@ -303,7 +308,7 @@ def serve_parser(serve: Any) -> Any:
 def check_argv(plan: dict[str, Any]) -> None:
     """vLLM's own parser on this profile's flags, before any request (exit 2 naming the flag).
     A conversations profile has none (its own load)."""
-    if plan["profile"]["dataset"] == "conversations":
+    if own_load(plan):
         return
     from vllm.benchmarks import serve
 

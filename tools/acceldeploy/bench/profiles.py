@@ -18,7 +18,9 @@ from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 
 VAR = "acceldeploy_bench_profiles"
-DATASETS = ("images", "random", "random-mm", "sharegpt", "hf", "conversations")
+# Multi-turn chats: the load bench/conversations.py runs itself (the others are vLLM's).
+CONVERSATIONS = "conversations"
+DATASETS = ("images", "random", "random-mm", "sharegpt", "hf", CONVERSATIONS)
 # What a conversations profile (bench/conversations.py) has no use for: it runs its own load,
 # one conversation after another, not vLLM's at a rate.
 NOT_CONVERSATIONS = (
@@ -88,7 +90,7 @@ class Profile:
         """Its fields; a conversations field only on that dataset, so another profile's dict
         (and the run key's hash of it: baselines) is what it was before they existed."""
         found = asdict(self)
-        if self.dataset != "conversations":
+        if self.dataset != CONVERSATIONS:
             for name in CONVERSATION_FIELDS:
                 del found[name]
         return found
@@ -202,12 +204,12 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
                 "ShareGPT-shaped JSON file on the controller"
             )
         path = str(local)
-    if dataset == "conversations":
+    if dataset == CONVERSATIONS:
         _conversations(raw, name)
     elif set(raw) & set(CONVERSATION_FIELDS):
         key = sorted(set(raw) & set(CONVERSATION_FIELDS))[0]
         raise AcceldeployError(f"{_where(name, key)} applies to dataset: conversations only")
-    if dataset in ("random", "random-mm", "conversations") and raw.get("input_len") is None:
+    if dataset in ("random", "random-mm", CONVERSATIONS) and raw.get("input_len") is None:
         raise AcceldeployError(f"{_where(name, 'input_len')} is required for dataset {dataset}")
     sizes = raw.get("image_sizes", [[128, 96]])
     if not (
