@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy import plots
-from acceldeploy.bench.formatting import significant
-from acceldeploy.bench.interval import Interval
+from acceldeploy.bench.formatting import spread
 from acceldeploy.bench.summary import round_intervals
 
 FIGURES = {
@@ -40,18 +39,12 @@ def read(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _cell(found: Interval | None) -> str:
-    if found is None:
-        return "-"
-    return f"{significant(found.median)} [{significant(found.low)}, {significant(found.high)}]"
-
-
 def table(runs: dict[str, dict[str, Any]]) -> list[str]:
     header = ["run", "prefix-cache hit", *FIGURES.values(), "failed"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, run in runs.items():
         cells = [label, str(run["hit_rate"])]
-        cells += [_cell(run["intervals"].get(f)) for f in FIGURES]
+        cells += [spread(run["intervals"].get(f)) for f in FIGURES]
         lines.append("| " + " | ".join([*cells, str(run["failed"])]) + " |")
     return lines
 

@@ -9,10 +9,11 @@ gateway's routing decides.
 
 vLLM's own `vllm bench serve` sends one independent request per prompt (its datasets keep a
 conversation's first turn only), and its multi-turn benchmark lives in the vLLM repository's
-`benchmarks/multi_turn`, outside the wheel. So this module runs the load: `max_concurrency`
-conversations at a time, one turn after the other, each streamed, with the result keys vLLM's
-bench writes (`median_ttft_ms`, `p99_ttft_ms`, `request_throughput`, ...), so the summary,
-intervals and baselines read it as they read vLLM's.
+`benchmarks/multi_turn`, outside the wheel. So this module runs the load: every conversation
+open at once, a user's next turn after its answer and some thought, at most `max_concurrency`
+requests in flight, each streamed. Its result has the keys vLLM's bench writes
+(`median_ttft_ms`, `p99_ttft_ms`, `request_throughput`, ...), so the summary, intervals and
+baselines read it as they read vLLM's.
 
 Standard library only: it is shipped to the host beside the driver.
 """
@@ -29,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,6 @@ class Conversation:
     first: str
     follow_ups: list[str]
     image: str | None = None  # a data: URL
-    messages: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

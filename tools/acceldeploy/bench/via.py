@@ -14,6 +14,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.inventory import roledefaults
 from acceldeploy.serving import selection
+from acceldeploy.serving.hostplan import HostPlan
 
 
 def targets(
@@ -60,10 +61,10 @@ def _target(
     profile: Callable[[Mapping[str, Any]], Profile],
 ) -> Target:
     servers = tuple(s.host for s in frontend.servers)
-    caches = tuple(_cache(every[host], host, frontend.service) for host in servers)
+    plans = {host: selection.checked_plan(every[host]) for host in servers}
+    caches = tuple(_cache(every[host], host, plans[host], frontend.service) for host in servers)
     for host in servers:
-        hv = every[host]
-        plan = selection.checked_plan(hv)
+        hv, plan = every[host], plans[host]
         for unit, launch in zip(plan.units(), plan.launches(), strict=True):
             if unit.name == frontend.service and unit.argcheck_python:
                 url = gateway_plan.url_from(
@@ -81,7 +82,6 @@ def _target(
     )
 
 
-def _cache(hv: dict[str, Any], host: str, service: str) -> CacheReader:
-    plan = selection.checked_plan(hv)
+def _cache(hv: dict[str, Any], host: str, plan: HostPlan, service: str) -> CacheReader:
     unit = next(u for u in plan.units() if u.name == service)
     return cache_reader(host, hv, plan, unit)

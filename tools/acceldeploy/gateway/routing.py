@@ -35,7 +35,7 @@ TEXT_PATHS = ("content", "content[0].text", "content[1].text", "content[2].text"
 
 @dataclass(frozen=True)
 class Affinity:
-    """The affinity mode's settings (the gateway role's variables)."""
+    """The affinity mode's settings (the gateway role's variables, checked by the plan)."""
 
     header: str = "x-session-id"
     balance_factor: int = 300
@@ -71,7 +71,7 @@ def lines(routing: str, affinity: Affinity) -> tuple[str, ...]:
     system_first = "{ req.body,json_query('$.messages[0].role') -m str system }"
     found = [
         "option http-buffer-request",
-        f"http-request set-var({KEY}) req.hdr({check_header(affinity.header)})",
+        f"http-request set-var({KEY}) req.hdr({affinity.header})",
     ]
     for index, condition in ((1, system_first), (0, f"!{system_first}")):
         for path in TEXT_PATHS:

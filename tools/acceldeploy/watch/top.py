@@ -66,8 +66,9 @@ def from_prometheus(
 
 def wanted(metrics: Mapping[str, str]) -> dict[str, str]:
     """{vLLM series: figure key} of the figures read from /metrics, named by `metrics`."""
-    found = {f.metric: f.key for f in figures.figures(metrics) if f.metric}
-    return {**found, **{f.over: f"{f.key}_over" for f in figures.figures(metrics) if f.over}}
+    every = figures.figures(metrics)
+    found = {f.metric: f.key for f in every if f.metric}
+    return {**found, **{f.over: f"{f.key}_over" for f in every if f.over}}
 
 
 def from_metrics(
