@@ -5,6 +5,7 @@ for real through the gateway (tests/lab/test_gateway_affinity.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,54 @@ def test_each_round_has_new_conversations_and_every_conversation_one_system_prom
     text_part, image_part = opening[1]["content"]
     assert image_part["image_url"]["url"].startswith("data:image/png;base64,")
     assert text_part == {"type": "text", "text": first[0].first}
+
+
+def test_with_session_header_every_turn_names_its_conversation(tmp_path: Path) -> None:
+    """A chat server on loopback that answers every turn: with `session_header` each request
+    carries X-Session-ID, one per conversation, the same on all of its turns; without it none."""
+    import http.server
+    import threading
+
+    seen: list[tuple[str | None, str]] = []
+
+    class Chat(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            first_user = next(m for m in body["messages"] if m["role"] == "user")["content"]
+            seen.append((self.headers.get(conversations.SESSION_HEADER), first_user))
+            chunks = [{"choices": [{"delta": {"content": "ok"}}]},
+                      {"choices": [], "usage": {"completion_tokens": 1, "prompt_tokens": 9}}]  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for chunk in chunks:
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for header in (True, False):
+            seen.clear()
+            shape = {**profile(), "prompts": 3, "turns": 2, "think_time": 0.0,
+                     "session_header": header}  # fmt: skip
+            plan = {"profile": shape, "base_url": f"http://127.0.0.1:{server.server_port}",
+                    "run_dir": str(tmp_path / "run-7" / "m"), "served_model_name": "m"}  # fmt: skip
+            result = conversations.run(plan, 0, [])
+            assert (result["completed"], result["failed"]) == (6, 0)
+            sessions = {first: session for session, first in seen}
+            assert len(seen) == 6 and len(sessions) == 3
+            if header:
+                # one session per conversation, kept on its next turn
+                assert sorted(sessions.values()) == ["run-7-0-0", "run-7-0-1", "run-7-0-2"]
+                assert all(sessions[first] == session for session, first in seen)
+            else:
+                assert set(sessions.values()) == {None}
+    finally:
+        server.shutdown()
 
 
 def test_the_result_has_vllms_keys() -> None:

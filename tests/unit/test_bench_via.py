@@ -127,3 +127,46 @@ def test_bench_without_a_gateway_flag_benches_the_serving_hosts_only(tmp_path: P
     bench.add_parser(sub, parents())
     args = parser.parse_args(["bench", "-i", str(lab_inventory(tmp_path)), "--profile", "smoke"])
     assert sorted(t.host for t in bench.select(args)) == ["lab1", "lab2"]
+
+
+def test_a_url_of_the_operators_is_loaded_with_the_fleets_counters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--via-url: a router the project does not deploy, in front of the hosts serving the one
+    service; its key from OPENAI_API_KEY, never on a command line."""
+    monkeypatch.setenv(via.KEY_VARIABLE, "sk-router")
+    every = selection.limited(str(lab_inventory(tmp_path)), "all")
+    (target,) = via.url_targets(every, "http://127.0.0.1:30000/", "qwen3-vl", smoke)
+    assert target.via is not None and target.host == "lab1"
+    assert (target.where, target.via.url, target.via.servers, target.via.key) == (
+        "url-127.0.0.1-30000", "http://127.0.0.1:30000", ("lab1", "lab2"), "sk-router")  # fmt: skip
+    assert [c.host for c in target.via.caches] == ["lab1", "lab2"]
+
+
+@pytest.mark.parametrize(
+    ("url", "service", "says"),
+    [("127.0.0.1:30000", "qwen3-vl", "--via-url 127.0.0.1:30000: give the endpoint's base URL"),
+     ("http://r:1/v1", "qwen3-vl", "no path: bench adds /v1/"),
+     ("http://r:1", "other", "--service other: no selected host serves it")],
+)  # fmt: skip
+def test_a_wrong_url_or_service_is_named(tmp_path: Path, url: str, service: str, says: str) -> None:
+    every = selection.limited(str(lab_inventory(tmp_path)), "all")
+    with pytest.raises(AcceldeployError, match=re.escape(says)):
+        via.url_targets(every, url, service, smoke)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--service", "qwen3-vl", "--restart"],
+     ["--service", "qwen3-vl", "--via-gateway", "lab3"]],
+)  # fmt: skip
+def test_bench_via_url_wants_one_service_and_no_gateway_or_restart(
+    tmp_path: Path, extra: list[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    bench.add_parser(sub, parents())
+    args = parser.parse_args(["bench", "-i", str(lab_inventory(tmp_path)), "--profile", "smoke",
+                              "--via-url", "http://127.0.0.1:30000", *extra])  # fmt: skip
+    with pytest.raises(AcceldeployError, match="give exactly one --service"):
+        bench.select(args)

@@ -46,9 +46,13 @@ PERCENTILES = (50, 90, 99)
 TIMEOUT_SECONDS = 600.0
 
 
+SESSION_HEADER = "X-Session-ID"
+
+
 @dataclass
 class Conversation:
     index: int
+    session: str  # unique to the run, round and conversation
     first: str
     follow_ups: list[str]
     image: str | None = None  # a data: URL
@@ -83,13 +87,14 @@ def build(
     rng = random.Random(f"conversations-{profile['seed']}-{round_number}")
     found = []
     for index in range(profile["prompts"]):
-        first = f"Case {run}-{round_number}-{index}: " + words(rng, profile["input_len"])
+        session = f"{run}-{round_number}-{index}"
+        first = f"Case {session}: " + words(rng, profile["input_len"])
         follow = [words(rng, profile["input_len"]) + "?" for _ in range(profile["turns"] - 1)]
         image = None
         if images:
             data = images[index % len(images)].read_bytes()
             image = "data:image/png;base64," + base64.b64encode(data).decode()
-        found.append(Conversation(index, first, follow, image))
+        found.append(Conversation(index, session, first, follow, image))
     return found
 
 
@@ -103,8 +108,15 @@ def first_messages(system: str, conversation: Conversation) -> list[dict[str, An
     return [{"role": "system", "content": system}, {"role": "user", "content": content}]
 
 
-def request(url: str, model: str, messages: list[dict[str, Any]], output_len: int) -> Turn:
-    """One streamed chat completion: time to its first token, to its end, and its tokens."""
+def request(
+    url: str,
+    model: str,
+    messages: list[dict[str, Any]],
+    output_len: int,
+    session: str | None = None,
+) -> Turn:
+    """One streamed chat completion: time to its first token, to its end, and its tokens;
+    `session` names the conversation in SESSION_HEADER, as a chat app that keeps one does."""
     body = {
         "model": model,
         "messages": messages,
@@ -118,6 +130,8 @@ def request(url: str, model: str, messages: list[dict[str, Any]], output_len: in
     key = os.environ.get("OPENAI_API_KEY")
     if key:
         headers["Authorization"] = f"Bearer {key}"
+    if session:
+        headers[SESSION_HEADER] = session
     started = time.perf_counter()
     turn = Turn(ok=False)
     text: list[str] = []
@@ -186,9 +200,11 @@ def run(plan: Mapping[str, Any], round_number: int, images: list[Path]) -> dict[
     def worker() -> None:
         while (item := take()) is not None:
             _, index, messages, number = item
+            conversation = by_index[index]
             if number:
-                messages.append({"role": "user", "content": by_index[index].follow_ups[number - 1]})
-            turn = request(url, plan["served_model_name"], messages, profile["output_len"])
+                messages.append({"role": "user", "content": conversation.follow_ups[number - 1]})
+            session = conversation.session if profile.get("session_header") else None
+            turn = request(url, plan["served_model_name"], messages, profile["output_len"], session)
             with wake:
                 turns.append(turn)
                 busy[0] -= 1

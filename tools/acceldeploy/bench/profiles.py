@@ -34,7 +34,7 @@ NOT_CONVERSATIONS = (
     "ignore_eos",
     "warmups",
 )
-CONVERSATION_FIELDS = ("turns", "system_len", "first_image", "think_time")
+CONVERSATION_FIELDS = ("turns", "system_len", "first_image", "think_time", "session_header")
 # SLA and goodput keys: vLLM's request-level metrics; SLA keys carry the statistic too.
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 SLA_STATS = ("mean", "median", "p50", "p90", "p99")
@@ -80,6 +80,7 @@ class Profile:
     system_len: int = 0
     first_image: bool = False
     think_time: float = 0.0  # seconds a user takes before the next turn
+    session_header: bool = False  # each conversation names itself in X-Session-ID
 
     @property
     def distinct_images(self) -> int:
@@ -155,7 +156,7 @@ FIELDS = {
     "dataset", "prompts", "output_len", "ignore_eos", "input_len", "request_rate",
     "max_concurrency", "rounds", "warmups", "seed", "image_reuse", "image_sizes", "dataset_path",
     "hf_split", "goodput", "sla", "sweep", "sample_interval", "turns", "system_len", "first_image",
-    "think_time",
+    "think_time", "session_header",
 }  # fmt: skip
 
 
@@ -255,6 +256,7 @@ def parse_profile(name: str, raw: Any, base: Path | None = None) -> Profile:
         system_len=_number(raw, name, "system_len", int, 0, high=100000) or 0,
         first_image=bool(raw.get("first_image", False)),
         think_time=_number(raw, name, "think_time", float, 0, high=3600) or 0.0,
+        session_header=bool(raw.get("session_header", False)),
     )
 
 
@@ -267,8 +269,9 @@ def _conversations(raw: dict[str, Any], name: str) -> None:
         )
     if raw.get("turns") is None:
         raise AcceldeployError(f"{_where(name, 'turns')} is required for dataset conversations")
-    if not isinstance(raw.get("first_image", False), bool):
-        raise AcceldeployError(f"{_where(name, 'first_image')} must be true or false")
+    for flag in ("first_image", "session_header"):
+        if not isinstance(raw.get(flag, False), bool):
+            raise AcceldeployError(f"{_where(name, flag)} must be true or false")
 
 
 def sla_keys() -> tuple[str, ...]:

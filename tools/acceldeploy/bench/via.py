@@ -1,10 +1,14 @@
 """`acceldeploy bench --via-gateway GATEWAY`: each model the gateway publishes is loaded
 through its frontend, so the figure is the fleet's in one run. The load runs from the first of
 the frontend's serving hosts with a serving env (vLLM's `vllm bench serve` needs one), which
-also gives the run's memory and vLLM metrics."""
+also gives the run's memory and vLLM metrics. `--via-url URL` does the same through an
+endpoint of the operator's (a router being compared with the gateway), in front of the hosts of
+`--limit` that serve the one `--service`."""
 
 from __future__ import annotations
 
+import os
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -12,9 +16,14 @@ from acceldeploy.bench.profiles import Profile
 from acceldeploy.bench.runner import CacheReader, Target, Via, cache_reader
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan as gateway_plan
-from acceldeploy.inventory import roledefaults
+from acceldeploy.inventory import groups, roledefaults
 from acceldeploy.serving import selection
 from acceldeploy.serving.hostplan import HostPlan
+from acceldeploy.serving.unit import ServiceUnit
+from acceldeploy.serving.values import Launch
+
+# --via-url's endpoint key, if it wants one: the variable vLLM's own bench client reads
+KEY_VARIABLE = "OPENAI_API_KEY"
 
 
 def targets(
@@ -62,26 +71,73 @@ def _target(
 ) -> Target:
     servers = tuple(s.host for s in frontend.servers)
     plans = {host: selection.checked_plan(every[host]) for host in servers}
-    caches = tuple(_cache(every[host], host, plans[host], frontend.service) for host in servers)
-    for host in servers:
-        hv, plan = every[host], plans[host]
+    host, unit, launch = _load_host(every, plans, frontend.service, f"--via-gateway {gateway}")
+    url = gateway_plan.url_from(
+        frontend,
+        gateway_plan.address(gateway, every[gateway]),
+        gateway_plan.address(host, every[host]),
+        tls,
+    )
+    via = Via(gateway, url, servers, key, _caches(every, plans, frontend.service))
+    return Target(host, every[host], plans[host], unit, launch, profile(every[host]), via=via)
+
+
+def _load_host(
+    every: Mapping[str, dict[str, Any]], plans: Mapping[str, HostPlan], service: str, what: str
+) -> tuple[str, ServiceUnit, Launch]:
+    """The first of the servers with a serving env to run the load from, and its unit."""
+    for host, plan in plans.items():
         for unit, launch in zip(plan.units(), plan.launches(), strict=True):
-            if unit.name == frontend.service and unit.argcheck_python:
-                url = gateway_plan.url_from(
-                    frontend,
-                    gateway_plan.address(gateway, every[gateway]),
-                    gateway_plan.address(host, hv),
-                    tls,
-                )
-                via = Via(gateway, url, servers, key, caches)
-                return Target(host, hv, plan, unit, launch, profile(hv), via=via)
+            if unit.name == service and unit.argcheck_python:
+                return host, unit, launch
     raise AcceldeployError(
-        f"--via-gateway {gateway}: none of {frontend.service}'s hosts ({', '.join(servers)}) "
-        "has a serving env on the host to run vLLM's benchmark client from (Gaudi's is in "
-        "its container)"
+        f"{what}: none of {service}'s hosts ({', '.join(plans)}) has a serving env on the "
+        "host to run vLLM's benchmark client from (Gaudi's is in its container)"
     )
 
 
-def _cache(hv: dict[str, Any], host: str, plan: HostPlan, service: str) -> CacheReader:
-    unit = next(u for u in plan.units() if u.name == service)
-    return cache_reader(host, hv, plan, unit)
+def _caches(
+    every: Mapping[str, dict[str, Any]], plans: Mapping[str, HostPlan], service: str
+) -> tuple[CacheReader, ...]:
+    return tuple(
+        cache_reader(host, every[host], plan, next(u for u in plan.units() if u.name == service))
+        for host, plan in plans.items()
+    )
+
+
+def url_targets(
+    every: Mapping[str, dict[str, Any]],
+    url: str,
+    service: str,
+    profile: Callable[[Mapping[str, Any]], Profile],
+) -> list[Target]:
+    """`--via-url URL --service S`: the load through an endpoint the project does not deploy (a
+    router of the operator's, or one being compared with the gateway) in front of `every`'s
+    hosts that serve S; the fleet's figures read from those hosts. All input checked, no host
+    contacted."""
+    parsed = urllib.parse.urlsplit(url)
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.hostname
+        or parsed.path not in ("", "/")
+    ):
+        raise AcceldeployError(
+            f"--via-url {url}: give the endpoint's base URL, http(s)://HOST:PORT (no path: "
+            "bench adds /v1/...)"
+        )
+    plans = {}
+    for host, hv in every.items():
+        if groups.serves(hv):
+            plan = selection.checked_plan(hv)
+            if any(unit.name == service for unit in plan.units()):
+                plans[host] = plan
+    if not plans:
+        raise AcceldeployError(
+            f"--service {service}: no selected host serves it, so --via-url has nothing behind it"
+        )
+    host, unit, launch = _load_host(every, plans, service, f"--via-url {url}")
+    key = os.environ.get(KEY_VARIABLE)
+    # where the run's files go and how its rows are named: no slashes
+    name = f"url-{parsed.hostname}-{parsed.port or (443 if parsed.scheme == 'https' else 80)}"
+    via = Via(name, url.rstrip("/"), tuple(plans), key, _caches(every, plans, service))
+    return [Target(host, every[host], plans[host], unit, launch, profile(every[host]), via=via)]

@@ -52,6 +52,12 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
         help="load each model through this gateway's frontend: one run per model, the fleet's "
              "figure (memory and metrics from the serving host the load runs from)",
     )  # fmt: skip
+    parser.add_argument(
+        "--via-url", metavar="URL",
+        help="load one --service through this endpoint (a router of yours, in front of the "
+             f"--limit hosts serving it; its key, if any, in ${via.KEY_VARIABLE}): the fleet's "
+             "figures as with --via-gateway",
+    )  # fmt: skip
     parser.add_argument("--restart", action="store_true", help="restart each service first")
     parser.add_argument("--serial", action="store_true", help="one host at a time")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), help="runs go here")
@@ -62,6 +68,18 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
 def select(args: argparse.Namespace) -> list[Target]:
     """Every (host, service) to bench, with its profile: all input checked, no host contacted."""
     base = Path(args.inventory).resolve().parent
+
+    def picked(hv: Mapping[str, Any]) -> profiles.Profile:
+        return profiles.pick(hv.get(profiles.VAR), args.profile, base)
+
+    if args.via_url:
+        if args.via_gateway or args.restart or len(args.service) != 1:
+            raise AcceldeployError(
+                "--via-url loads one model through your endpoint: give exactly one --service, "
+                "and neither --via-gateway nor --restart"
+            )
+        every = selection.limited(args.inventory, args.limit)
+        return via.url_targets(every, args.via_url, args.service[0], picked)
     if args.via_gateway:
         if args.limit != "all":
             raise AcceldeployError(
@@ -74,10 +92,6 @@ def select(args: argparse.Namespace) -> list[Target]:
                 "every host: drop --restart (or bench the hosts without --via-gateway)"
             )
         every = selection.every_host(args.inventory)
-
-        def picked(hv: Mapping[str, Any]) -> profiles.Profile:
-            return profiles.pick(hv.get(profiles.VAR), args.profile, base)
-
         return via.targets(every, args.via_gateway, args.service, picked)
     # the gateways and monitors run no vLLM: the hosts benched are the serving ones
     found = {h: hv for h, hv in selection.limited(args.inventory, args.limit).items()
