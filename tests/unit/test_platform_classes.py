@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from acceldeploy import runtimes
 from acceldeploy.bench import series
 from acceldeploy.bundle import hostclass
 from acceldeploy.data_files import load
@@ -164,9 +165,16 @@ def test_the_matrix_rows_take_the_platform_s_cells() -> None:
     assert rows["cpu"]["device_torch"] == "-"
 
 
-def test_only_cpu_stacks_are_wheel_locks_the_bundle_collects() -> None:
+def test_only_cpu_stacks_are_wheel_locks_the_bundle_collects_and_the_wheelhouse_serves() -> None:
     assert [p.name for p in PLATFORMS if p.wheel_lock] == ["cpu"]
-    assert hostclass.WHEEL_PLATFORMS == ("cpu",)
+    classes = {
+        name: hostclass.HostClass(name, f"{name}-x", "3.11", "x86_64", 36, "3.11")
+        for name in known_names()
+    }
+    assert [name for name, klass in classes.items() if klass.collects_stack] == ["cpu"]
+    # python_env_no_index's default (roles/python_env/defaults/main.yml)
+    assert [name for name in known_names() if runtimes.wheelhouse_only(name)] == ["cpu"]
+    assert not runtimes.wheelhouse_only("") and not runtimes.wheelhouse_only("tpu")
 
 
 # ---------------------------------------------------------------------------- their users
