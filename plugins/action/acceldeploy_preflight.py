@@ -12,8 +12,8 @@ nothing and contacts no host.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from acceldeploy.inventory import groups as fleet_groups
 from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.planner import defects
 from acceldeploy.planner.stacks import load_stacks
+from acceldeploy.platforms import find
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 # What every host's scope takes from the task's own variables (the run's, not the host's).
@@ -54,11 +55,8 @@ class Step:
     role: str
     errors: tuple[str, ...] = ()
     facts: tuple[tuple[str, str], ...] = ()
-    applies: Callable[[Mapping[str, Any]], bool] = field(default=lambda hv: True)
-
-
-def _platform(name: str) -> Callable[[Mapping[str, Any]], bool]:
-    return lambda hv: str(hv.get("acceldeploy_platform") or "") == name
+    # A runtime role's: it runs on the hosts whose platform's class names that role.
+    runtime: bool = False
 
 
 SERVING = (
@@ -68,17 +66,28 @@ SERVING = (
     Step("host_tuning", (), (("host_tuning_settings", "host_tuning_checked_settings"),)),
     Step("ascend_runtime", (), (("ascend_runtime_stack", "ascend_runtime_planned_stack"),
                                 ("ascend_runtime_options", "ascend_runtime_planned_options")),
-         _platform("ascend")),
+         runtime=True),
     Step("gaudi_runtime", ("gaudi_runtime_number_errors",),
          (("gaudi_runtime_stack", "gaudi_runtime_planned_stack"),
           ("gaudi_runtime_options", "gaudi_runtime_planned_options"),
           ("gaudi_runtime_image_ref", "gaudi_runtime_planned_image_ref")),
-         _platform("gaudi")),
+         runtime=True),
     Step("python_env", ("python_env_number_errors",),
          (("python_env_spec", "python_env_planned_spec"),)),
     Step("model_weights", ("model_weights_number_errors",),
          (("model_weights_info", "model_weights_planned_info"),)),
 )  # fmt: skip
+RUNTIMES = {step.role: step for step in SERVING if step.runtime}
+
+
+def serving_steps(hostvars: Mapping[str, Any]) -> list[Step]:
+    """A serving host's steps: of the runtime roles', only the one its platform's class names
+    (none on cpu, nor on an unknown platform, which the other steps refuse naming it)."""
+    platform = find(str(hostvars.get("acceldeploy_platform") or ""))
+    runtime = RUNTIMES.get(platform.runtime_role or "") if platform else None
+    return [step for step in SERVING if not step.runtime or step is runtime]
+
+
 # After the fleet's fan-out (model_weights_jobs, the same for every host): each host's part.
 WEIGHTS_PART = Step("model_weights", (), (
     ("model_weights_job", "model_weights_planned_job"),
@@ -139,7 +148,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         named = [h for h in hosts if self._names_pass(h)]
         serving = [h for h in named if fleet_groups.serves(self._raw(h))]
         for host in serving:
-            for step in SERVING:
+            for step in serving_steps(self._raw(host)):
                 self._step(host, step)
         self._weights_fanout([h for h in serving if h not in self._errors], serving)
         for host in named:
@@ -228,8 +237,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     def _step(self, host: str, step: Step) -> None:
         """One role's checks on one host: its error lists, then its facts; the first failure
         ends the step (its later facts read the earlier ones)."""
-        if not step.applies(self._raw(host)):
-            return
         try:
             templar = self._templar_for(self._scope(host, step.role))
             failed = [e for name in step.errors for e in templar.template(_expression(name))]

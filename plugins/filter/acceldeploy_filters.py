@@ -197,10 +197,13 @@ def acceldeploy_run_pattern(inventory_groups: Mapping[str, Any]) -> str:
     return groups.run_pattern(plain(dict(inventory_groups)))
 
 
-def acceldeploy_runtime_role(platform: Any) -> str:
+def acceldeploy_runtime_role(platform: Any, run_tags: Any = ("all",), skip_tags: Any = ()) -> str:
     """acceldeploy_platform | acceldeploy_runtime_role: the role that gates the platform's
-    runtime (ascend_runtime, gaudi_runtime), "" for none (cpu, or no platform set)."""
-    return (for_name(str(platform)).runtime_role or "") if platform else ""
+    runtime (its class's runtime_role: ascend_runtime, gaudi_runtime), "" for none (cpu, or no
+    platform set). With (ansible_run_tags, ansible_skip_tags), "" too when the run's tags leave
+    the role out, as they would a play tagged with its name (playbooks/runtime.yml)."""
+    role = (for_name(str(platform)).runtime_role or "") if platform else ""
+    return role if drift.play_runs([role], list(run_tags), list(skip_tags)) else ""
 
 
 def acceldeploy_serves(group_names: Any, also_serves: Any = False) -> bool:

@@ -102,6 +102,12 @@ def python_env_state_spec(plan: Mapping[str, Any], fact_file: str) -> dict[str, 
     return runtimes.python_env_state_spec(plain(plan), str(fact_file))
 
 
+def python_env_wheelhouse_only(platform: str) -> bool:
+    """python_env_platform | python_env_wheelhouse_only: python_env_no_index's default (true
+    where the platform's class says its stacks are wheel locks: cpu)."""
+    return runtimes.wheelhouse_only(str(platform or ""))
+
+
 def python_env_record_key(record_text: str) -> str:
     return runtimes.record_key(str(record_text))
 
@@ -173,6 +179,7 @@ class FilterModule:
             python_env_fact,
             python_env_state_spec,
             python_env_record_key,
+            python_env_wheelhouse_only,
             python_env_wheel_fetch_argv,
             python_env_wheel_errors,
             python_env_fanout_plan,

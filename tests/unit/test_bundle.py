@@ -343,6 +343,24 @@ def test_references_by_path_and_sha256(tmp_path: Path) -> None:
         {"a1": ascend | {"ascend_runtime_cann_checksums": {"toolkit": "ab" * 32}}}, cache
     )
     assert entry["path"].startswith("https://") and entry["sha256"] == "ab" * 32
+    # each platform's own, as its class names its runtime role and device exporter: another
+    # platform's, inherited from the fleet's group_vars, are not named
+    assert build.references({"g1": ascend | {"acceldeploy_platform": "gaudi"}}, cache) == []
+    both = build.references({"a1": ascend | {
+        "ascend_runtime_cann_checksums": {"toolkit": "ab" * 32},
+        "monitor_npu_exporter_package": "https://mirror.internal/npu-exporter.zip",
+        "monitor_npu_exporter_checksum": "cd" * 32}}, cache)  # fmt: skip
+    assert [e["variable"] for e in both] == [
+        "ascend_runtime_cann_toolkit_package",
+        "monitor_npu_exporter_package",
+    ]
+    assert build._named("ascend") == {"ascend_runtime_cann_toolkit_package",
+                                      "ascend_runtime_cann_kernels_package",
+                                      "ascend_runtime_cann_nnal_package",
+                                      "monitor_npu_exporter_package"}  # fmt: skip
+    assert build._named("gaudi") == {"gaudi_runtime_image_tarball",
+                                     "monitor_gaudi_exporter_image_tarball"}  # fmt: skip
+    assert build._named("cpu") == build._named("tpu") == set()
 
 
 def shutil_usage(free: int) -> object:

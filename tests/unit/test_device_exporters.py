@@ -20,12 +20,15 @@ from typing import Any
 import jinja2
 import pytest
 
+from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.monitor import device_exporters, rules, targets
+from acceldeploy.platforms import PLATFORMS, for_name
 from acceldeploy.serving import selection
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "roles/monitor/templates"
+TASKS = ROOT / "roles/monitor/tasks"
 IMAGE = "vault.habana.ai/gaudi-metric-exporter/metric-exporter:1.23.0-695"
 MONITOR = {"group_names": ["monitors"], "ansible_host": "192.0.2.5"}
 
@@ -65,6 +68,7 @@ def test_an_ascend_host_runs_npu_exporter_from_a_binary_on_the_controller(tmp_pa
     package = binary(tmp_path)
     plan = device_exporters.plan("npu-01", ascend(monitor_npu_exporter_package=str(package)))
     assert plan["exporter"] == "npu" and plan["unit"] == "npu-exporter.service"
+    assert plan["tasks"] == "npu_exporter.yml"  # what roles/monitor/tasks/converge.yml includes
     assert plan["package"] == {
         "variable": "monitor_npu_exporter_package", "location": str(package), "checksum": "",
         "remote": False, "path": "/var/cache/acceldeploy/monitor/npu-exporter", "archive": False,
@@ -104,6 +108,7 @@ def test_a_gaudi_host_runs_the_image_published_on_its_private_address() -> None:
     ]  # fmt: skip
     assert plan["tarball"] is None
     assert plan["load_argv"] == ["/usr/bin/docker", "pull", IMAGE]
+    assert plan["tasks"] == "gaudi_exporter.yml"
 
 
 def test_a_gaudi_image_from_a_tarball_on_the_controller(tmp_path: Path) -> None:
@@ -357,7 +362,22 @@ def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path, exporter: st
 def test_the_alert_rules_use_recorded_metric_names_only() -> None:
     assert rules.NPU_HBM_USED_MB in device_exporters.metric_names("npu")
     assert rules.GAUDI_MEMORY_USED in device_exporters.metric_names("gaudi")
-    for job, platform in (("npu", "ascend"), ("gaudi", "gaudi")):
-        assert device_exporters.ARTEFACTS[platform][0] == job
+    for job in device_exporters.EXPORTERS:
         assert all(name.startswith(("npu_chip_info_", "machine_npu", "habanalabs_"))
                    for name in device_exporters.metric_names(job))  # fmt: skip
+
+
+def test_each_platform_s_class_names_its_exporter_as_the_recorded_list_does() -> None:
+    """The platform's class says which exporter its hosts run; data/device-exporters.yml, which
+    records each one from the vendor's documentation, names the same platform."""
+    recorded = load("device-exporters")
+    named = {p.device_exporter: p.name for p in PLATFORMS if p.device_exporter}
+    assert named == {job: entry["platform"] for job, entry in recorded.items()}
+    assert set(named) == set(device_exporters.EXPORTERS)
+    assert for_name("ascend").device_exporter == "npu"
+    assert for_name("gaudi").device_exporter == "gaudi"
+    assert for_name("cpu").device_exporter is None
+    assert device_exporters.of_platform("cpu") is device_exporters.of_platform("tpu") is None
+    for job, exporter in device_exporters.EXPORTERS.items():
+        assert exporter.job == job and (TASKS / exporter.tasks).is_file()
+        assert exporter.variables[0] in device_exporters.VIEW_KEYS

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from acceldeploy import runtimes
 from acceldeploy.bench import series
 from acceldeploy.bundle import hostclass
 from acceldeploy.data_files import load
@@ -164,9 +165,16 @@ def test_the_matrix_rows_take_the_platform_s_cells() -> None:
     assert rows["cpu"]["device_torch"] == "-"
 
 
-def test_only_cpu_stacks_are_wheel_locks_the_bundle_collects() -> None:
+def test_only_cpu_stacks_are_wheel_locks_the_bundle_collects_and_the_wheelhouse_serves() -> None:
     assert [p.name for p in PLATFORMS if p.wheel_lock] == ["cpu"]
-    assert hostclass.WHEEL_PLATFORMS == ("cpu",)
+    classes = {
+        name: hostclass.HostClass(name, f"{name}-x", "3.11", "x86_64", 36, "3.11")
+        for name in known_names()
+    }
+    assert [name for name, klass in classes.items() if klass.collects_stack] == ["cpu"]
+    # python_env_no_index's default (roles/python_env/defaults/main.yml)
+    assert [name for name in known_names() if runtimes.wheelhouse_only(name)] == ["cpu"]
+    assert not runtimes.wheelhouse_only("") and not runtimes.wheelhouse_only("tpu")
 
 
 # ---------------------------------------------------------------------------- their users
@@ -225,3 +233,39 @@ def test_the_playbooks_ask_the_class_which_role_gates_the_runtime() -> None:
     assert acceldeploy_runtime_role("cpu") == acceldeploy_runtime_role("") == ""
     with pytest.raises(AcceldeployError, match="acceldeploy_platform 'tpu' is unknown"):
         acceldeploy_runtime_role("tpu")
+
+
+@pytest.mark.parametrize(
+    ("run_tags", "skip_tags", "ascend", "gaudi"),
+    [
+        (["all"], [], "ascend_runtime", "gaudi_runtime"),
+        (["ascend_runtime"], [], "ascend_runtime", ""),
+        (["gaudi_runtime", "python_env"], [], "", "gaudi_runtime"),
+        (["all"], ["gaudi_runtime"], "ascend_runtime", ""),
+        (["python_env"], [], "", ""),
+        (["ascend_runtime_cann"], [], "", ""),  # a play tagged ascend_runtime did not run
+        (["all"], ["all"], "", ""),
+    ],
+)
+def test_runtime_yml_s_one_play_runs_a_role_where_a_play_tagged_with_its_name_would(
+    run_tags: list[str], skip_tags: list[str], ascend: str, gaudi: str
+) -> None:
+    """With the run's tags the filter names the role only where --tags / --skip-tags select a
+    play tagged with its name, as runtime.yml's play per role was (its one play includes it)."""
+    filters = runpy.run_path(str(ROOT / "plugins/filter/acceldeploy_filters.py"))
+    acceldeploy_runtime_role = filters["acceldeploy_runtime_role"]
+    assert acceldeploy_runtime_role("ascend", run_tags, skip_tags) == ascend
+    assert acceldeploy_runtime_role("gaudi", run_tags, skip_tags) == gaudi
+    assert acceldeploy_runtime_role("cpu", run_tags, skip_tags) == ""
+
+
+def test_preflight_checks_the_runtime_role_the_class_names() -> None:
+    action = runpy.run_path(str(ROOT / "plugins/action/acceldeploy_preflight.py"))
+
+    def roles(platform: str) -> list[str]:
+        return [step.role for step in action["serving_steps"]({"acceldeploy_platform": platform})]
+
+    every = ["vllm_service", "host_tuning", "python_env", "model_weights"]
+    assert roles("ascend") == [*every[:2], "ascend_runtime", *every[2:]]
+    assert roles("gaudi") == [*every[:2], "gaudi_runtime", *every[2:]]
+    assert roles("cpu") == roles("") == roles("tpu") == every

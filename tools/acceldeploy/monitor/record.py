@@ -34,13 +34,9 @@ def spec(
         MEMORY_UNIT_FILE,
     ]
     units = list(NODE_UNITS)
-    exporter = device_exporter.get("exporter")
-    if exporter == "npu":
-        files += [str(device_exporter["binary"]), f"{UNIT_DIR}/{device_exporters.NPU_UNIT}"]
-        units.append(device_exporters.NPU_UNIT)
-    elif exporter == "gaudi":
-        files.append(f"{UNIT_DIR}/{device_exporters.GAUDI_UNIT}")
-        units.append(device_exporters.GAUDI_UNIT)
+    exporter_files, exporter_units = device_exporters.owned(device_exporter)
+    files += exporter_files
+    units += exporter_units
     trees: list[str] = []
     if is_monitor:
         config = paths["config_dir"]

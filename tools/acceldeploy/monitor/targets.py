@@ -31,10 +31,7 @@ from acceldeploy.serving import cluster
 from acceldeploy.serving.service import parse_services, reached_by, service_listeners
 
 GROUP = groups.MONITORS
-JOBS = ("vllm", "node", "ray", "npu", "gaudi")
-# The device exporters' ports: MindCluster's npu-exporter and Habana's metric exporter.
-DEVICE_JOBS = {"ascend": ("npu", "monitor_npu_exporter_port"),
-               "gaudi": ("gaudi", "monitor_gaudi_exporter_port")}  # fmt: skip
+JOBS = ("vllm", "node", "ray", *device_exporters.EXPORTERS)
 NODE_EXPORTER_PORT = "monitor_node_exporter_port"
 # What listens on each exporter's port, for the messages.
 EXPORTERS = {NODE_EXPORTER_PORT: "node exporter", "monitor_npu_exporter_port": "npu-exporter",
@@ -77,10 +74,10 @@ def exporters(hostvars: Mapping[str, Any]) -> list[tuple[str, str, int]]:
     and its platform's device exporter where the role deploys it or the inventory says it
     runs."""
     found = [("node", NODE_EXPORTER_PORT, node_exporter_port(hostvars))]
-    platform = str(hostvars.get("acceldeploy_platform") or "")
-    if platform in DEVICE_JOBS and device_exporters.scraped(hostvars):
-        job, var = DEVICE_JOBS[platform]
-        found.append((job, var, int(roledefaults.value(hostvars, var))))
+    exporter = device_exporters.of_platform(str(hostvars.get("acceldeploy_platform") or ""))
+    if exporter and device_exporters.scraped(hostvars):
+        var = exporter.port_variable
+        found.append((exporter.job, var, int(roledefaults.value(hostvars, var))))
     return found
 
 

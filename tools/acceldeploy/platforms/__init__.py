@@ -3,7 +3,8 @@ Ascend, Gaudi and the CPU lab, each in its own module, found by name with ``for_
 
 - ``base``: ``PlatformBehaviour``, what every platform answers and the shared answers.
 - ``ascend``, ``gaudi``, ``cpu``: one subclass each.
-- ``registry``: ``for_name`` (refusing an unknown ``acceldeploy_platform``), ``known_names``.
+- ``registry``: ``for_name`` (refusing an unknown ``acceldeploy_platform``), ``find`` (none
+  for an unknown one), ``known_names``.
 - ``smi``: the parsers of the device tools' output (``npu-smi info``, ``hl-smi``, hccl_demo).
 
 The platforms' numbers are data (data/platforms.yml); ``acceldeploy.planner.platforms`` joins
@@ -14,6 +15,14 @@ package imports nothing of acceldeploy but its errors, so every layer above may 
 from __future__ import annotations
 
 from acceldeploy.platforms.base import HEALTHY, DeviceReading, PlatformBehaviour
-from acceldeploy.platforms.registry import PLATFORMS, for_name, known_names
+from acceldeploy.platforms.registry import PLATFORMS, find, for_name, known_names
 
-__all__ = ["HEALTHY", "PLATFORMS", "DeviceReading", "PlatformBehaviour", "for_name", "known_names"]
+__all__ = [
+    "HEALTHY",
+    "PLATFORMS",
+    "DeviceReading",
+    "PlatformBehaviour",
+    "find",
+    "for_name",
+    "known_names",
+]

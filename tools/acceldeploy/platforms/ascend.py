@@ -30,6 +30,7 @@ class AscendPlatform(PlatformBehaviour):
     )
     smi_command = ("npu-smi", "info")
     runtime_role = "ascend_runtime"
+    device_exporter = "npu"
 
     def read_devices(self, smi_output: str) -> list[DeviceReading]:
         """Every chip, by its NPU id; its HBM is the memory the services use."""

@@ -37,6 +37,10 @@ class PlatformBehaviour:
     wheel_lock: ClassVar[bool] = False
     # The role that gates its hosts' runtime (roles/<this>); none: nothing to gate.
     runtime_role: ClassVar[str | None] = None
+    # The vendor's device exporter roles/monitor deploys on its serving hosts, by its
+    # Prometheus job (data/device-exporters.yml, acceldeploy.monitor.device_exporters);
+    # none: it has none.
+    device_exporter: ClassVar[str | None] = None
     # Its services own accelerator devices (a service on it lists them, device 0 when unset).
     has_devices: ClassVar[bool] = True
     # MiB: the least growth of a service's memory over a bench's rounds called a leak.

@@ -14,6 +14,7 @@ class GaudiPlatform(PlatformBehaviour):
     stack_keys = ("software", "image", "vllm", "engine_options", "docker_run_args")
     smi_command = ("hl-smi",)
     runtime_role = "gaudi_runtime"
+    device_exporter = "gaudi"
 
     def read_devices(self, smi_output: str) -> list[DeviceReading]:
         """Every device hl-smi lists, healthy: its table has no health column."""

@@ -25,3 +25,9 @@ def for_name(name: str) -> PlatformBehaviour:
             f"acceldeploy_platform {name!r} is unknown; set it to one of {', '.join(known_names())}"
         )
     return platform
+
+
+def find(name: str) -> PlatformBehaviour | None:
+    """The platform called ``name``; none for an unknown or empty name (where the caller has
+    nothing to ask of it, or its own check refuses the name)."""
+    return _BY_NAME.get(name)

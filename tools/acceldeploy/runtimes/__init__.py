@@ -46,6 +46,7 @@ from acceldeploy.runtimes.python_env import (
     python_env_state_spec,
     python_env_verify,
     record_key,
+    wheelhouse_only,
 )
 
 __all__ = [
@@ -69,4 +70,5 @@ __all__ = [
     "record_key",
     "service_devices",
     "stack",
+    "wheelhouse_only",
 ]

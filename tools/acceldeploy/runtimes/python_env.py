@@ -27,7 +27,7 @@ from acceldeploy.inventory import targets
 from acceldeploy.planner import defects
 from acceldeploy.planner.platforms import CONTAINER, get_platform
 from acceldeploy.planner.stacks import host_stack, installer_pin, lock_requirements
-from acceldeploy.platforms import for_name
+from acceldeploy.platforms import find, for_name
 from acceldeploy.runtimes.versions import normalize_name
 
 MANAGERS = ("conda", "venv", "container")
@@ -116,6 +116,14 @@ def _platform_and_manager(options: Mapping[str, Any]) -> tuple[str, str]:
             "in the container image (container); ascend and cpu use conda or venv"
         )
     return platform, manager
+
+
+def wheelhouse_only(platform: str) -> bool:
+    """python_env_no_index's default: a platform whose stacks are wheel locks installs from
+    the wheelhouse alone (the lab's lock needs its wheelhouse); another platform, or none or
+    an unknown one (refused by the plan, naming the variable), from the indexes as well."""
+    behaviour = find(platform)
+    return bool(behaviour and behaviour.wheel_lock)
 
 
 def _check_url_or_path(name: str, value: str) -> None:

@@ -8,24 +8,34 @@ typed and checked before any restart; each point is the service's spec with thos
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.bench.profiles import duration_ms, sla_keys
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.platforms import PLATFORMS, PlatformBehaviour, for_name
 
 
 @dataclass(frozen=True)
 class Axis:
     """Where an axis lands in a service spec: its own key, an extra_args flag or an env
-    variable; `platforms` limits it (empty: every platform)."""
+    variable; `applies` asks a platform's class whether it takes the axis (none: every one)."""
 
     name: str
     kind: type
     place: str  # key | extra_args | env
     target: str
-    platforms: tuple[str, ...] = ()
+    applies: Callable[[PlatformBehaviour], bool] | None = None
     low: float = 0.0
+
+    def platforms(self) -> list[str]:
+        """The platforms that take it, by name, for the messages."""
+        return [p.name for p in PLATFORMS if self.applies is None or self.applies(p)]
+
+
+def _no_devices(platform: PlatformBehaviour) -> bool:
+    return not platform.has_devices
 
 
 AXES = {
@@ -36,8 +46,9 @@ AXES = {
         Axis("mm_processor_cache_gb", float, "extra_args", "mm-processor-cache-gb"),
         Axis("gpu_memory_utilization", float, "key", "gpu_memory_utilization", low=0.01),
         Axis("max_model_len", int, "key", "max_model_len", low=1),
-        # vLLM's CPU worker sizes its KV cache from this (GiB), not from a memory share
-        Axis("kv_cache_space_gib", int, "env", "VLLM_CPU_KVCACHE_SPACE", ("cpu",), low=1),
+        # vLLM's CPU worker (a platform without devices) sizes its KV cache from this (GiB),
+        # not from a memory share
+        Axis("kv_cache_space_gib", int, "env", "VLLM_CPU_KVCACHE_SPACE", _no_devices, low=1),
     )
 }
 
@@ -64,9 +75,9 @@ def parse_space(text: str, platform: str) -> list[tuple[Axis, list[Any]]]:
         axis = AXES.get(name)
         if axis is None:
             raise AcceldeployError(f"--space {name}: unknown axis; known: {', '.join(AXES)}")
-        if axis.platforms and platform not in axis.platforms:
+        if axis.applies is not None and not axis.applies(for_name(platform)):
             raise AcceldeployError(
-                f"--space {name}: applies to {', '.join(axis.platforms)} only, not {platform}"
+                f"--space {name}: applies to {', '.join(axis.platforms())} only, not {platform}"
             )
         if any(a.name == name for a, _ in axes):
             raise AcceldeployError(f"--space {name}: given twice")
