@@ -7,6 +7,8 @@ API key, and HAProxy on lab3 and lab4 from the bundle's own apt repository, with
 a public bind. Then:
 
 - verify passes, the gateway's checks included;
+- the gateways route by affinity (issue 61): each conversation's turns, through either
+  gateway, land on one server, and six conversations reach both;
 - lab2 gets no answer from lab1's service (IPAddressAllow= in its unit), lab3 does, and lab1
   does from its own address;
 - a client on lab2 is served through the gateway with a client key, and refused without one;
@@ -59,7 +61,11 @@ def private_inventory(tmp: Path) -> Path:
     (spec,) = group["acceldeploy_services"]
     spec.pop("env", None)
     group["acceldeploy_services"] = [{**spec, "host": "{{ ansible_host }}", "api_key": BACKEND_KEY}]
-    group.update(gateway_bind="0.0.0.0", gateway_client_keys=[CLIENT_KEY])
+    # the cache-aware routing (issue 61): the same HAProxy from the bundle, keyed on each
+    # conversation's opening
+    group.update(
+        gateway_bind="0.0.0.0", gateway_client_keys=[CLIENT_KEY], gateway_routing="affinity"
+    )
     group_file.write_text(yaml.safe_dump(group, sort_keys=False))
     return tmp / INVENTORY.name
 
@@ -130,6 +136,48 @@ def test_backends_answer_only_the_gateway_on_an_isolated_rack(
     assert {h: again.changed(h) for h in (*SERVING, *GATEWAYS)} == dict.fromkeys(
         (*SERVING, *GATEWAYS), 0
     ), again.drift()
+
+
+def chat(host: str, gateway: str, opening: str, turn: int) -> str:
+    """From `host`, one turn of a conversation through `gateway` with the client key: its
+    opening, then `turn` more questions; the HTTP status or the error."""
+    messages = [{"role": "user", "content": opening}]
+    for number in range(turn):
+        messages += [{"role": "assistant", "content": "Noted."},
+                     {"role": "user", "content": f"And question {number}?"}]  # fmt: skip
+    body = json.dumps({"model": "qwen3-vl", "messages": messages, "max_tokens": 2})
+    script = (
+        "import sys,urllib.request,urllib.error\n"
+        "r=urllib.request.Request(sys.argv[1],data=sys.argv[2].encode(),headers={"
+        "'Content-Type':'application/json','Authorization':'Bearer '+sys.argv[3]})\n"
+        "try:\n print(urllib.request.urlopen(r,timeout=60).status)\n"
+        "except urllib.error.HTTPError as e:\n print(e.code)\n"
+    )
+    url = f"http://{ADDRESS[gateway]}:9001/v1/chat/completions"
+    return on_host(host, shlex.join(["python3", "-c", script, url, body, CLIENT_KEY])).strip()
+
+
+def sessions(gateway: str) -> dict[str, int]:
+    """{server: the requests HAProxy sent it} on `gateway`'s qwen3-vl backend."""
+    rows = haproxy_servers(gateway, "qwen3-vl")
+    return {h: int(rows[h]["stot"]) for h in SERVING}
+
+
+def test_every_gateway_keeps_a_conversation_on_one_server(isolated: tuple[Path, Path]) -> None:
+    """The affinity gateway on the air-gapped rack: each conversation's turns, through either
+    gateway, land on one server (both gateways hash alike), and the conversations spread."""
+    landed: dict[str, set[str]] = {}
+    for number in range(6):
+        opening = f"Case iso-{number}: the invoice of the shipment by the river?"
+        for turn, gateway in enumerate((*GATEWAYS, *GATEWAYS)):
+            before = sessions(gateway)
+            assert chat("lab2", gateway, opening, turn) == "200"
+            after = sessions(gateway)
+            moved = {h for h in SERVING if after[h] > before[h]}
+            assert len(moved) == 1, (opening, gateway, before, after)
+            landed.setdefault(opening, set()).update(moved)
+    assert all(len(servers) == 1 for servers in landed.values()), landed
+    assert set().union(*landed.values()) == set(SERVING), landed
 
 
 def test_a_rollout_drains_and_readies_each_service_on_every_gateway(
