@@ -201,13 +201,17 @@ def test_the_rendered_config_passes_haproxys_own_check(
     assert ("balance leastconn" in text) is (routing == "leastconn")
 
 
-def test_only_an_affinity_frontend_reads_the_body() -> None:
+def test_only_an_affinity_frontend_reads_the_body_and_needs_haproxy_2_6() -> None:
+    """affinity's `balance hash` is HAProxy 2.6's: the role names the frontend on an older one
+    (Debian 11's 2.2) before its config."""
     fleet = serving(lab1=[service(), service(name="other", port=8002)])
     frontends = [{"service": "qwen3-vl", "port": 9001},
                  {"service": "other", "port": 9002, "routing": "affinity"}]  # fmt: skip
     least, affine = plan(frontends, fleet, GW)
-    assert (least.balance, least.reads_body) == (("balance leastconn",), False)
+    assert (least.balance, least.reads_body, least.haproxy_since) == (
+        ("balance leastconn",), False, "")  # fmt: skip
     assert affine.reads_body and "hash-type consistent sdbm avalanche" in affine.balance
+    assert affine.haproxy_since == "2.6"
     (by_default,) = plan(frontends[:1], FLEET, GW, Settings(routing="affinity"))
     assert by_default.routing == "affinity"
 

@@ -52,6 +52,7 @@ class Frontend:
     # The backend's balance lines (routes.lines): the template prints them.
     balance: tuple[str, ...] = ("balance leastconn",)
     reads_body: bool = False
+    haproxy_since: str = ""  # the oldest HAProxy that parses its lines (routes.haproxy_since)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -201,7 +202,8 @@ def plan(
         how = routes.mode(raw.get("routing", settings.routing), f"{var}.routing")
         balance = routes.lines(how, affinity)
         reads_body = routes.reads_body(how)
-        result.append(Frontend(str(name), port, bind, servers, how, balance, reads_body))
+        since = routes.haproxy_since(how)
+        result.append(Frontend(str(name), port, bind, servers, how, balance, reads_body, since))
         published[name] = i
     haproxy = listeners.gateway(frontends, settings.stats_port)
     listeners.check(haproxy)

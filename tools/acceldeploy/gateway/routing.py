@@ -58,6 +58,12 @@ def check_header(name: str) -> str:
     return name.lower()
 
 
+def haproxy_since(routing: str) -> str:
+    """The oldest HAProxy that parses the mode's lines, "" for any: affinity's `balance hash`
+    came in 2.6 (`json_query` in 2.4). Debian 11 ships 2.2."""
+    return "2.6" if routing == AFFINITY else ""
+
+
 def reads_body(routing: str) -> bool:
     """The mode reads the request's body, so HAProxy buffers it (tune.bufsize bounds it)."""
     return routing == AFFINITY
