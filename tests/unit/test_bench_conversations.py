@@ -54,6 +54,11 @@ def test_with_session_header_every_turn_names_its_conversation(tmp_path: Path) -
     import http.server
     import threading
 
+    from acceldeploy.gateway import routing
+
+    # the header the gateway's affinity keys on by default (conversations.py ships to the host
+    # alone, so it cannot import routing)
+    assert conversations.SESSION_HEADER.lower() == routing.Affinity.header
     seen: list[tuple[str | None, str]] = []
 
     class Chat(http.server.BaseHTTPRequestHandler):

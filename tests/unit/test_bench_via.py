@@ -35,10 +35,12 @@ def lab_inventory(tmp_path: Path, **gateway_vars: Any) -> Path:
     return path
 
 
-def bench_args(argv: list[str]) -> argparse.Namespace:
+def bench_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    """`acceldeploy bench -i <the lab with a gateway> --profile smoke EXTRA...`, parsed."""
     parser = argparse.ArgumentParser()
     bench.add_parser(parser.add_subparsers(), parents())
-    return parser.parse_args(argv)
+    inventory = str(lab_inventory(tmp_path))
+    return parser.parse_args(["bench", "-i", inventory, "--profile", "smoke", *extra])
 
 
 def smoke(hv: Any) -> profiles.Profile:
@@ -101,18 +103,7 @@ def test_where_the_load_reaches_a_frontend() -> None:
 def test_bench_refuses_flags_that_do_not_mix_with_a_gateway(
     tmp_path: Path, extra: list[str], says: str
 ) -> None:
-    args = bench_args(
-        [
-            "bench",
-            "-i",
-            str(lab_inventory(tmp_path)),
-            "--profile",
-            "smoke",
-            "--via-gateway",
-            "lab3",
-            *extra,
-        ]
-    )
+    args = bench_args(tmp_path, "--via-gateway", "lab3", *extra)
     with pytest.raises(AcceldeployError, match=says):
         bench.select(args)
 
@@ -135,7 +126,7 @@ def test_the_driver_loads_the_gateway_and_samples_its_own_host(tmp_path: Path) -
 def test_bench_without_a_gateway_flag_benches_the_serving_hosts_only(tmp_path: Path) -> None:
     """A fleet with a gateway (and monitors): the gateway runs no vLLM, so `bench -i` without
     --limit benches lab1 and lab2 and does not plan lab3 (which has no platform)."""
-    args = bench_args(["bench", "-i", str(lab_inventory(tmp_path)), "--profile", "smoke"])
+    args = bench_args(tmp_path)
     assert sorted(t.host for t in bench.select(args)) == ["lab1", "lab2"]
 
 
@@ -157,6 +148,7 @@ def test_a_url_of_the_operators_is_loaded_with_the_fleets_counters(
     ("url", "service", "says"),
     [("127.0.0.1:30000", "qwen3-vl", "--via-url 127.0.0.1:30000: give the endpoint's base URL"),
      ("http://r:1/v1", "qwen3-vl", "no path: bench adds /v1/"),
+     ("http://r:port", "qwen3-vl", "--via-url http://r:port: give the endpoint's base URL"),
      ("http://r:1", "other", "--service other: no selected host serves it")],
 )  # fmt: skip
 def test_a_wrong_url_or_service_is_named(tmp_path: Path, url: str, service: str, says: str) -> None:
@@ -173,17 +165,6 @@ def test_a_wrong_url_or_service_is_named(tmp_path: Path, url: str, service: str,
 def test_bench_via_url_wants_one_service_and_no_gateway_or_restart(
     tmp_path: Path, extra: list[str]
 ) -> None:
-    args = bench_args(
-        [
-            "bench",
-            "-i",
-            str(lab_inventory(tmp_path)),
-            "--profile",
-            "smoke",
-            "--via-url",
-            "http://127.0.0.1:30000",
-            *extra,
-        ]
-    )
+    args = bench_args(tmp_path, "--via-url", "http://127.0.0.1:30000", *extra)
     with pytest.raises(AcceldeployError, match="give exactly one --service"):
         bench.select(args)

@@ -116,9 +116,14 @@ def url_targets(
     hosts that serve S; the fleet's figures read from those hosts. All input checked, no host
     contacted."""
     parsed = urllib.parse.urlsplit(url)
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:  # a port that is no number, or out of range
+        port = 0
     if (
         parsed.scheme not in ("http", "https")
         or not parsed.hostname
+        or not port
         or parsed.path not in ("", "/")
     ):
         raise AcceldeployError(
@@ -138,6 +143,6 @@ def url_targets(
     host, unit, launch = _load_host(every, plans, service, f"--via-url {url}")
     key = os.environ.get(KEY_VARIABLE)
     # where the run's files go and how its rows are named: no slashes
-    name = f"url-{parsed.hostname}-{parsed.port or (443 if parsed.scheme == 'https' else 80)}"
+    name = f"url-{parsed.hostname}-{port}"
     via = Via(name, url.rstrip("/"), tuple(plans), key, _caches(every, plans, service))
     return [Target(host, every[host], plans[host], unit, launch, profile(every[host]), via=via)]
