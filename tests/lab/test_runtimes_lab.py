@@ -278,6 +278,47 @@ def test_ascend_runtime_converges_then_changes_nothing(
     assert "HwHiAiUser" in groups
 
 
+def test_ascend_in_the_release_image_loads_it_once_and_reads_no_host_cann(
+    ascend: dict[str, Any], lab: dict[str, dict[str, Any]]
+) -> None:
+    """python_env_manager container: the host whose CANN 8.2.RC1 stops the conda path runs
+    the stack's image instead, which carries CANN. The synthetic docker stands in for Docker
+    (it loads the 'tarball' by the name it holds); driver, firmware and devices are judged as
+    on the conda path. Nothing here runs the image: that needs an NPU host."""
+    host, inventory = ascend["mismatched"], ascend["inventory"]
+    image = runtimes.stack("ascend")["image"]
+    tarball = f"{STUB}/vllm-ascend-v0.12.0rc1.tar"
+    docker = [text(f"{FAKE}/docker-images", ""), text(tarball, image + "\n"), tool("docker")]
+    prepare(inventory, host, {"fake_texts": docker})
+    extra = {
+        "python_env_manager": "container",
+        "ascend_runtime_image_tarball": tarball,
+        # The synthetic docker cannot say which vLLM an image holds; nothing is faked there.
+        "python_env_verify_import": False,
+    }
+    first = run_playbook(PLAYBOOK, inventory, extra, limit=host)
+    assert first.ok, first.output
+    assert first.changed(host) >= 2  # docker load, the facts
+    found = first.results("Gate | What was found")[host]["msg"]
+    assert found["cann"] == "absent"  # the host's 8.2.RC1 is not read
+    shown = first.results("Container | How the services will start it")[host]["msg"]
+    assert shown.endswith(image) and "--shm-size=1g" in shown
+    assert not first.results("Build | Create the environment"), "a conda env was built"
+    second = run_playbook(PLAYBOOK, inventory, extra, limit=host)
+    assert second.ok and second.changed(host) == 0, second.output
+    calls = ssh(lab[host], f"cat {FAKE}/docker-calls.log").stdout
+    assert calls.count(f"docker load --input {tarball}") == 1
+    fact = json.loads(
+        ssh(lab[host], "cat /etc/ansible/facts.d/acceldeploy_ascend_runtime.fact").stdout
+    )
+    assert fact["image"] == image and fact["image_id"].startswith("sha256:fake-")
+    assert fact["env_scripts"] == [] and fact["driver"] == "24.1.rc3"
+    python_env = json.loads(ssh(lab[host], f"cat {FAKE}/acceldeploy_python_env.fact").stdout)
+    assert python_env["manager"] == "container" and python_env["run_argv"][-1] == image
+    ssh(lab[host], "rm -f /etc/ansible/facts.d/acceldeploy_ascend_runtime.fact "
+                   f"{FAKE}/acceldeploy_python_env.fact")  # fmt: skip
+
+
 def test_ascend_installs_the_pinned_cann_from_operator_packages(
     ascend: dict[str, Any], lab: dict[str, dict[str, Any]]
 ) -> None:

@@ -392,6 +392,7 @@ def test_gaudi_gate_passes_with_a_1_22_driver() -> None:
         "present": False,
         "source": "tarball",
         "commands": [["docker", "load", "--input", "/srv/vllm-fork.tar"]],
+        "download": {},
     }
     pulled = gaudi_verdict(gaudi_probe(), image_registry="registry.internal:5000")
     ref = stacks.stack("gaudi")["image"]

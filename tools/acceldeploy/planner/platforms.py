@@ -21,6 +21,8 @@ from acceldeploy.planner.stacks import bucketing, engine_additions, host_stack, 
 from acceldeploy.platforms import PlatformBehaviour, for_name
 
 CONTAINER = "container"
+# The group of Docker's socket: a unit that runs the docker CLI joins it (root-equivalent).
+DOCKER_GROUP = "docker"
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class Platform:
     device_memory_bytes: int | None
     activation_gib: float
     non_torch_gib: float
-    runtime: str  # conda | venv | container: how python_env builds the serving env
+    runtime: str  # conda | venv | container: how the host runs vLLM (python_env_manager)
     smi: str | None
     device_node_pattern: str | None
     vllm_version: str  # what the services' /version must report (the stack's pin)
@@ -81,9 +83,43 @@ def platform_names() -> list[str]:
     return sorted(load("platforms"))
 
 
-def get_platform(name: str, stacks_file: str | None = None, stack_name: str = "") -> Platform:
+RUNTIMES = ("conda", "venv", CONTAINER)
+
+
+def host_runtime(platform: str, default: str, manager: str, pins: dict[str, Any]) -> str:
+    """How the host runs vLLM: python_env_manager, else the platform's default. A container
+    needs the stack's image; a platform whose only runtime is its image (Gaudi) has no other."""
+    runtime = manager or default
+    if runtime not in RUNTIMES:
+        raise AcceldeployError(
+            f"python_env_manager {runtime!r} is unknown; use one of {', '.join(RUNTIMES)}"
+        )
+    if default == CONTAINER and runtime != CONTAINER:
+        raise AcceldeployError(
+            f"python_env_manager {runtime} does not fit platform {platform}: its stacks ship "
+            "vLLM only in their image; use container (or leave python_env_manager empty)"
+        )
+    if runtime == CONTAINER and not pins.get("image"):
+        raise AcceldeployError(
+            f"python_env_manager container does not fit platform {platform}: stack "
+            f"{pins['name']} names no image; pick a stack with one (acceldeploy plan stacks), "
+            f"or use {default}"
+        )
+    return runtime
+
+
+def runs_in_image(platform: str, manager: str, pins: dict[str, Any]) -> bool:
+    """Whether a host of ``platform`` on the stack ``pins`` runs vLLM in the stack's image."""
+    default = str(load("platforms")[platform]["runtime"])
+    return host_runtime(platform, default, manager, pins) == CONTAINER
+
+
+def get_platform(
+    name: str, stacks_file: str | None = None, stack_name: str = "", manager: str = ""
+) -> Platform:
     """The platform's profile joined with the host's stack (``stack_name``: its
-    acceldeploy_stack; empty: the platform's default)."""
+    acceldeploy_stack; empty: the platform's default) and how the host runs vLLM
+    (``manager``: its python_env_manager; empty: the platform's default)."""
     raw: dict[str, Any] | None = load("platforms").get(name)
     if raw is None:
         raise AcceldeployError(
@@ -91,6 +127,10 @@ def get_platform(name: str, stacks_file: str | None = None, stack_name: str = ""
             f"{', '.join(platform_names())}"
         )
     pins = host_stack(name, stack_name, stacks_file or None)
+    runtime = host_runtime(name, str(raw["runtime"]), manager, pins)
+    groups = tuple(str(g) for g in raw["groups"])
+    if runtime == CONTAINER and DOCKER_GROUP not in groups:
+        groups = (*groups, DOCKER_GROUP)
     return Platform(
         name=name,
         block_size=int(raw["block_size"]),
@@ -98,12 +138,12 @@ def get_platform(name: str, stacks_file: str | None = None, stack_name: str = ""
         device_memory_bytes=raw["device_memory_bytes"],
         activation_gib=float(raw["activation_gib"]),
         non_torch_gib=float(raw["non_torch_gib"]),
-        runtime=str(raw["runtime"]),
+        runtime=runtime,
         smi=raw["smi"],
         device_node_pattern=raw["device_node_pattern"],
         vllm_version=str(pins["vllm"]),
         engine_options=str(pins["engine_options"]),
-        groups=tuple(str(g) for g in raw["groups"]),
+        groups=groups,
         start_timeout=int(raw["start_timeout"]),
         env={k: str(v) for k, v in {**raw["env"], **(pins.get("env") or {})}.items()},
         env_scripts=tuple(str(s) for s in pins.get("env_scripts") or ()),

@@ -43,6 +43,11 @@ class PlatformBehaviour:
     device_exporter: ClassVar[str | None] = None
     # Its services own accelerator devices (a service on it lists them, device 0 when unset).
     has_devices: ClassVar[bool] = True
+    # In a container its devices come through its own container runtime (the stack's
+    # docker_run_args name it); False: one --device per device node.
+    container_runtime_devices: ClassVar[bool] = False
+    # Its engine runs shape buckets sized for each service (Gaudi's HPU graphs).
+    shape_buckets: ClassVar[bool] = False
     # MiB: the least growth of a service's memory over a bench's rounds called a leak.
     leak_floor_mib: ClassVar[float] = 256.0
 

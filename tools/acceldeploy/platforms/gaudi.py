@@ -15,6 +15,8 @@ class GaudiPlatform(PlatformBehaviour):
     smi_command = ("hl-smi",)
     runtime_role = "gaudi_runtime"
     device_exporter = "gaudi"
+    container_runtime_devices = True
+    shape_buckets = True
 
     def read_devices(self, smi_output: str) -> list[DeviceReading]:
         """Every device hl-smi lists, healthy: its table has no health column."""

@@ -16,8 +16,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.planner.platforms import runs_in_image
 from acceldeploy.planner.stacks import other_stacks_hint, stack_label
 from acceldeploy.platforms.smi import NpuSmi, parse_npu_smi_info
+from acceldeploy.runtimes.image import image_options, judge_image
 from acceldeploy.runtimes.probe import (
     GateRun,
     Verdict,
@@ -143,6 +145,7 @@ CANN_PACKAGE = re.compile(
     re.IGNORECASE,
 )
 CANN_KINDS = ("toolkit", "kernels", "nnal")
+ROLE = "ascend_runtime"
 
 
 def cann_package(src: str) -> dict[str, str]:
@@ -302,6 +305,12 @@ def ascend_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[
         if not str(device).isdigit():
             raise AcceldeployError(f"ascend_runtime_devices: {device!r} is not a device number")
         devices.append(int(device))
+    container = runs_in_image("ascend", str(inputs.get("manager") or ""), stack_entry)
+    if container and inputs.get("cann_install"):
+        raise AcceldeployError(
+            "ascend_runtime_cann_install is true but python_env_manager is container: the "
+            "stack's image carries CANN; set ascend_runtime_cann_install: false"
+        )
     packages = {
         kind: str((inputs.get("cann_packages") or {}).get(kind) or "") for kind in CANN_KINDS
     }
@@ -317,7 +326,20 @@ def ascend_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[
         raise AcceldeployError(
             f"ascend_runtime_device_node_pattern must contain {{index}}, got {pattern!r}"
         )
-    return {**inputs, "devices": sorted(set(devices)), "cann_packages": packages}
+    checked = {**inputs, "devices": sorted(set(devices)), "cann_packages": packages}
+    if not container:
+        return {**checked, "container": False, "image_probe": {}}
+    image = image_options(ROLE, inputs, stack_entry)
+    return {
+        **checked,
+        **image,
+        "container": True,
+        # What the probe runs besides npu-smi: Docker, and the image (gaudi_runtime's too).
+        "image_probe": {
+            "docker_version": ["docker", "version", "--format", "{{.Server.Version}}"],
+            "image_inspect": ["docker", "image", "inspect", "--format", "{{.Id}}", image["image"]],
+        },
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,6 +356,13 @@ class AscendHost(GateRun):
     devices: list[int] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     env_scripts: list[str] = field(default_factory=list)
+
+    image: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def in_image(self) -> bool:
+        """vLLM runs in the stack's image, which carries CANN: the host needs none."""
+        return bool(self.options.get("container"))
 
     @property
     def required_cann(self) -> str:
@@ -370,9 +399,10 @@ def check_driver(host: AscendHost) -> None:
 
 
 def check_cann_toolkit(host: AscendHost) -> None:
-    """The installed CANN toolkit, if any (ascend_toolkit_install.info)."""
+    """The installed CANN toolkit, if any (ascend_toolkit_install.info); the host's own
+    CANN is not read when the image carries it."""
     text, path = probed_file(host.probe, "toolkit")
-    if text is None:
+    if text is None or host.in_image:
         return
     host.toolkit = host.parsed(CannToolkit.parse, text, path)
     if host.toolkit is None:
@@ -410,7 +440,7 @@ def _wrong_cann_message(host: AscendHost) -> str:
 
 def check_cann_version(host: AscendHost) -> None:
     """CANN is the pinned version; if not, plan its install (cann_install) or say how."""
-    if host.cann_ok:
+    if host.cann_ok or host.in_image:
         return
     if host.options.get("cann_install"):
         host.install = _cann_install_plan(
@@ -554,6 +584,8 @@ def check_env_scripts(host: AscendHost) -> None:
     """The launcher's environment scripts exist (with the pinned CANN; after an install the
     role checks them again)."""
     options = host.options
+    if host.in_image:
+        return  # the image sources its own
     host.env_scripts = [str(s) for s in options.get("env_scripts") or host.stack["env_scripts"]]
     paths = host.probe.get("paths") or {}
     present = {str(p) for p, e in paths.items() if e and e.get("exists")}
@@ -576,12 +608,31 @@ ASCEND_VERSION_CHECKS: tuple[Callable[[AscendHost], None], ...] = (
     check_driver_supports_cann,
     check_firmware,
 )
+
+
+def check_docker(host: AscendHost) -> None:
+    """Docker is installed, when the services run in the stack's image."""
+    if host.in_image and not probed_command(host.probe, "docker_version").get("found"):
+        host.error(
+            "docker not found: python_env_manager container runs vllm-ascend's image under "
+            "Docker; install Docker, or set python_env_manager to conda"
+        )
+
+
+def check_image(host: AscendHost) -> None:
+    """The stack's image is on the host, or a tarball or registry it comes from is set."""
+    if host.in_image:
+        host.image = judge_image(host, ROLE, str(host.options.get("image") or ""))
+
+
 ASCEND_CHECKS: tuple[Callable[[AscendHost], None], ...] = (
     *ASCEND_VERSION_CHECKS,
     check_npu_smi,
     check_device_nodes,
     check_group,
     check_env_scripts,
+    check_docker,
+    check_image,
 )
 
 
@@ -607,6 +658,7 @@ def ascend_gate(
         "device_nodes": host.nodes,
         "env_scripts": host.env_scripts,
         "install": host.install,
+        "image": host.image,
     }
 
 
@@ -614,6 +666,8 @@ def ascend_fact(gate: dict[str, Any]) -> dict[str, Any]:
     """What ascend_runtime records for the launcher: stable values only (no live usage)."""
     detected = gate.get("detected") or {}
     keep = ("npu", "name", "chip", "device", "bus_id", "health", "hbm_total_mb", "memory_total_mb")
+    image = gate.get("image") or {}
+    in_image = {"image": image["ref"], "image_id": detected.get("image_id", "")} if image else {}
     return {
         "platform": "ascend",
         "required": gate.get("required") or {},
@@ -623,4 +677,5 @@ def ascend_fact(gate: dict[str, Any]) -> dict[str, Any]:
         "devices": gate.get("devices") or [],
         "device_nodes": gate.get("device_nodes") or [],
         "env_scripts": gate.get("env_scripts") or [],
+        **in_image,
     }  # fmt: skip

@@ -14,12 +14,12 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.stacks import listed, other_stacks_hint, stack_label
 from acceldeploy.platforms.smi import HlSmi, parse_hl_smi, parse_hl_smi_modules, parse_hl_smi_topo
+from acceldeploy.runtimes.image import image_options, judge_image
 from acceldeploy.runtimes.probe import (
     GateRun,
     device_node_errors,
@@ -29,6 +29,7 @@ from acceldeploy.runtimes.probe import (
 from acceldeploy.runtimes.versions import leading_numbers, same_version
 
 T = TypeVar("T")
+ROLE = "gaudi_runtime"
 # Seed 004's HCCL_COMM_ID: one node's check meets on its own loopback
 HCCL_COMM_ID = "127.0.0.1:5555"
 
@@ -58,34 +59,6 @@ def _module_ids(inputs: dict[str, Any]) -> list[int]:
     return sorted(set(devices))
 
 
-def _image_source_inputs(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> tuple[str, str]:
-    """(image, pull ref) after checking the tarball, registry and image reference."""
-    tarball = str(inputs.get("image_tarball") or "")
-    if tarball and not tarball.startswith(("/", "http://", "https://")):
-        raise AcceldeployError(
-            f"gaudi_runtime_image_tarball must be an absolute path or an http(s) URL: {tarball!r}"
-        )
-    registry = str(inputs.get("image_registry") or "")
-    if registry and ("://" in registry or registry.endswith("/")):
-        raise AcceldeployError(
-            f"gaudi_runtime_image_registry is a registry host[:port][/path] without scheme or "
-            f"trailing slash, got {registry!r}"
-        )
-    image = str(inputs.get("image") or stack_entry["image"])
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]*", image):
-        raise AcceldeployError(f"gaudi_runtime_image {image!r} is not an image reference")
-    return image, (f"{registry}/{image}" if registry else "")
-
-
-def _tarball_path(inputs: dict[str, Any]) -> str:
-    """Where the image tarball is on the host (downloaded there when it is a URL)."""
-    tarball = str(inputs.get("image_tarball") or "")
-    download_dir = str(inputs.get("download_dir") or "/var/cache/acceldeploy/gaudi")
-    name = PurePosixPath(tarball.split("?", 1)[0]).name
-    remote = tarball.startswith(("http://", "https://"))
-    return f"{download_dir.rstrip('/')}/{name}" if remote else tarball
-
-
 def gaudi_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[str, Any]:
     """The Gaudi role's inputs checked before any host is touched; fails naming the variable."""
     match = str(inputs.get("driver_match") or "minor")
@@ -94,7 +67,7 @@ def gaudi_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[s
             f"gaudi_runtime_driver_match {match!r} is unknown; use minor, patch or none"
         )
     devices = _module_ids(inputs)
-    image, pull = _image_source_inputs(inputs, stack_entry)
+    image = image_options(ROLE, inputs, stack_entry)
     minimum = inputs.get("hccl_min_nw_gbps") or 0
     try:
         minimum = float(minimum)
@@ -125,10 +98,8 @@ def gaudi_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[s
         "hccl_libfabric_root": libfabric,
         "driver_match": match,
         "devices": devices,
-        "image": image,
+        **image,
         "software": software,
-        "pull_ref": pull,
-        "tarball_path": _tarball_path(inputs),
         "hccl_min_nw_gbps": minimum,
     }
 
@@ -384,42 +355,9 @@ def check_container_runtime(host: GaudiHost) -> None:
         )
 
 
-def _image_commands(host: GaudiHost, source: str) -> list[list[str]]:
-    """The commands that bring the image from its source (none when present or missing)."""
-    image, options = host.image_ref, host.options
-    if source == "tarball":
-        path = str(options.get("tarball_path") or options.get("image_tarball") or "")
-        return [["docker", "load", "--input", path]]
-    if source == "registry":
-        registry = str(options.get("image_registry") or "")
-        pull = str(options.get("pull_ref") or f"{registry}/{image}")
-        return [["docker", "pull", pull], ["docker", "tag", pull, image]]
-    return []
-
-
 def check_image(host: GaudiHost) -> None:
     """The image is on the host, or a tarball or registry it comes from is set."""
-    inspect = probed_command(host.probe, "image_inspect")
-    docker = probed_command(host.probe, "docker_version")
-    present = bool(docker.get("found")) and int(inspect.get("rc", 1)) == 0
-    host.detected["image_id"] = str(inspect.get("stdout") or "").strip() if present else ""
-    tarball = str(host.options.get("image_tarball") or "")
-    registry = str(host.options.get("image_registry") or "")
-    source = "present"
-    if not present:
-        if tarball:
-            source = "tarball"
-        elif registry:
-            source = "registry"
-        else:
-            source = "missing"
-            host.error(
-                f"image {host.image_ref} is not on this host: set gaudi_runtime_image_tarball (a "
-                "`docker save` tarball on the host or an internal http(s) URL) or "
-                "gaudi_runtime_image_registry (an internal registry holding it)"
-            )
-    commands = _image_commands(host, source)
-    host.image = {"ref": host.image_ref, "present": present, "source": source, "commands": commands}
+    host.image = judge_image(host, ROLE, host.image_ref)
 
 
 def check_base_image(host: GaudiHost) -> None:

@@ -25,12 +25,11 @@ from packaging.version import Version
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import targets
 from acceldeploy.planner import defects
-from acceldeploy.planner.platforms import CONTAINER, get_platform
+from acceldeploy.planner.platforms import get_platform
 from acceldeploy.planner.stacks import host_stack, installer_pin, lock_requirements
 from acceldeploy.platforms import find, for_name
 from acceldeploy.runtimes.versions import normalize_name
 
-MANAGERS = ("conda", "venv", "container")
 # Bumped when the way an environment is built changes (not its pins): forces a rebuild.
 PLAN_FORMAT = 2
 # <path>-<this many characters of the key>: the directory an environment is built in.
@@ -102,20 +101,11 @@ def _stack(platform: str, options: Mapping[str, Any]) -> dict[str, Any]:
 
 def _platform_and_manager(options: Mapping[str, Any]) -> tuple[str, str]:
     """acceldeploy_platform and python_env_manager (default: the platform's ``runtime`` in
-    data/platforms.yml), checked to fit each other."""
+    data/platforms.yml), checked to fit each other and the stack (planner.platforms)."""
     platform = str(options.get("platform") or "")
-    runtime = get_platform(platform, options.get("stacks_file") or None, _chosen(options)).runtime
-    manager = str(options.get("manager") or runtime)
-    if manager not in MANAGERS:
-        raise AcceldeployError(
-            f"python_env_manager {manager!r} is unknown; use one of {', '.join(MANAGERS)}"
-        )
-    if (manager == CONTAINER) != (runtime == CONTAINER):
-        raise AcceldeployError(
-            f"python_env_manager {manager} does not fit platform {platform}: Gaudi runs vLLM "
-            "in the container image (container); ascend and cpu use conda or venv"
-        )
-    return platform, manager
+    manager = str(options.get("manager") or "")
+    chosen = get_platform(platform, options.get("stacks_file") or None, _chosen(options), manager)
+    return platform, chosen.runtime
 
 
 def wheelhouse_only(platform: str) -> bool:
@@ -659,6 +649,11 @@ def _container_plan(
         "import importlib.metadata as m; print(m.version('vllm'))",
     ]
     key = _key({"format": PLAN_FORMAT, "image": image, "run": run})
+    loader = for_name(platform).runtime_role or "the runtime role"
+    missing = (
+        f"image {image} is not on this host: run playbooks/runtime.yml ({loader} loads it "
+        f"from {loader}_image_tarball or {loader}_image_registry)"
+    )
     return {
         "platform": platform,
         "manager": "container",
@@ -672,6 +667,7 @@ def _container_plan(
         "run_argv": [*run, image],
         "run_command": shlex.join([*run, image]),
         "summary": f"container {image} for {platform}: stack {entry['name']}, vLLM {entry['vllm']}",
+        "image_missing": missing,
         "verify_argv": check,
         "verify_command": shlex.join(check),
         "steps": [],

@@ -117,7 +117,9 @@ def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
             f"python_env_stacks_file {stacks_file} does not exist; point it at a stacks file "
             "of the shape of versions/stacks.yml, or leave it empty for that one"
         )
-    platform = get_platform(inputs["platform"], inputs["stacks_file"], inputs["stack"])
+    platform = get_platform(
+        inputs["platform"], inputs["stacks_file"], inputs["stack"], str(inputs["manager"] or "")
+    )
     services = parse_services(hostvars.get("acceldeploy_services") or [], platform.name)
     for service in services:  # the engine options only when a service needs them
         check_engine_values(service, platform_engine(platform))

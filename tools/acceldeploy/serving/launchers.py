@@ -1,12 +1,14 @@
-"""How a platform's services start: one launcher strategy per platform, chosen once.
+"""How a host's services start: one launcher strategy per way of running vLLM, chosen once.
 
-`launcher_for(platform)` picks it: `VenvLauncher` runs vLLM (and Ray) from the env python_env
-built on the host (Ascend, the CPU lab), `ContainerLauncher` `docker run`s them in the
-platform's image (Gaudi, with gaudi_launch.py's bucketing, container and NUMA pinning). Each
-owns what differs between the two: the serve and Ray commands, whether the host has an env
-prefix, the engine's platform tuning (render.py), what the launcher execs, the unit's extra
-ExecStartPre= / ExecStopPost=, ray-wait's interpreter, the NUMA pinning, the hardening and the
-argv check (hostplan.py, unit.py, raynode.py ask the launcher, never the platform's runtime).
+`launcher_for(platform)` picks it from how the host runs vLLM (``Platform.runtime``, its
+python_env_manager): `VenvLauncher` runs vLLM (and Ray) from the env python_env built on the
+host (conda or venv: Ascend, the CPU lab), `ContainerLauncher` `docker run`s them in the
+stack's image (Gaudi always; Ascend when python_env_manager is container). Each owns what
+differs between the two: the serve and Ray commands, whether the host has an env prefix, the
+scripts the host sources, what the launcher execs, the unit's extra ExecStartPre= /
+ExecStopPost=, ray-wait's interpreter, the NUMA pinning, the hardening and the argv check
+(hostplan.py, unit.py, raynode.py ask the launcher, never the platform's runtime). The
+engine's platform tuning (Gaudi's shape buckets, render.py) is the platform's, either way.
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ print("vllm accepts the argv")
 """
 
 
+def sourced(command: Sequence[str], env_scripts: Sequence[str]) -> list[str]:
+    """``command`` run by bash after it sourced ``env_scripts`` (the command itself when none)."""
+    if not env_scripts:
+        return list(command)
+    sources = " && ".join(f"source {shlex.quote(s)}" for s in env_scripts)
+    return ["/bin/bash", "-c", f'set +u; {sources} && exec "$0" "$@"', *command]
+
+
 def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[str] | None:
     """`python -c ARGCHECK '<json args>'` with the interpreter beside the serve command's
     `vllm`; None for commands that are not a host venv's `vllm serve`."""
@@ -51,11 +61,7 @@ def argcheck_command(argv: Sequence[str], env_scripts: Sequence[str]) -> list[st
     if not head.startswith("/") or base != "vllm" or len(argv) < 3 or argv[1] != "serve":
         return None
     python, tail = posixpath.join(posixpath.dirname(head), "python"), ["--model", *argv[2:]]
-    command = [python, "-c", ARGCHECK, json.dumps(tail)]
-    if env_scripts:
-        sources = " && ".join(f"source {shlex.quote(s)}" for s in env_scripts)
-        command = ["/bin/bash", "-c", f'set +u; {sources} && exec "$0" "$@"', *command]
-    return command
+    return sourced([python, "-c", ARGCHECK, json.dumps(tail)], env_scripts)
 
 
 def ip_allow(launch: Launch, allow_from: Sequence[str]) -> list[str]:
@@ -120,8 +126,21 @@ class Launcher(ABC):
         cache_dir: str,
     ) -> tuple[dict[str, str], dict[str, Any]]:
         """The platform's engine tuning: (env defaults the service's env overrides, engine
-        options added to the service's). None here."""
-        return {}, {}
+        options added to the service's). Gaudi's bucketing, sized for the service's shape (a
+        value the service sets wins); none elsewhere."""
+        if not self.platform.behaviour.shape_buckets:
+            return {}, {}
+        sized = gaudi_launch.shape_for(service.name, length, options, shape, block)
+        return (
+            gaudi_launch.service_env(
+                sized, service.devices, recipe_dir(cache_dir), self.platform.bucketing
+            ),
+            gaudi_launch.engine_options(options, sized),
+        )
+
+    def host_env_scripts(self) -> tuple[str, ...]:
+        """The scripts the host sources before it execs the launcher's command."""
+        return self.platform.env_scripts
 
     @abstractmethod
     def exec_argv(
@@ -131,16 +150,9 @@ class Launcher(ABC):
 
     @abstractmethod
     def ray_exec_argv(
-        self,
-        name: str,
-        argv: list[str],
-        env: Mapping[str, str],
-        opts: UnitOptions,
-        models_root: str,
-        state: str,
-        cache: str,
+        self, node: Launch, opts: UnitOptions, models_root: str, state: str, cache: str
     ) -> list[str]:
-        """What the Ray node unit's launcher execs."""
+        """What the Ray node unit's launcher execs (``node``: its launch, argv `ray start`)."""
 
     @abstractmethod
     def ray_wait_prefix(
@@ -198,16 +210,9 @@ class VenvLauncher(Launcher):
         return list(launch.argv)
 
     def ray_exec_argv(
-        self,
-        name: str,
-        argv: list[str],
-        env: Mapping[str, str],
-        opts: UnitOptions,
-        models_root: str,
-        state: str,
-        cache: str,
+        self, node: Launch, opts: UnitOptions, models_root: str, state: str, cache: str
     ) -> list[str]:
-        return argv
+        return list(node.argv)
 
     def ray_wait_prefix(
         self, launch: Launch, opts: UnitOptions, helpers: str, state: str
@@ -227,8 +232,10 @@ class VenvLauncher(Launcher):
 
 
 class ContainerLauncher(Launcher):
-    """vLLM (and Ray) in the platform's image under `docker run` (Gaudi): the container
-    holds the devices and its own network view, gaudi_launch.py the Gaudi specifics."""
+    """vLLM (and Ray) in the stack's image under `docker run`: the container holds the
+    devices (the platform's container runtime, else one --device per device node) and the
+    host's network; gaudi_launch.py builds the command. The image sources the stack's env
+    scripts (Ascend's CANN) itself: the host has no CANN to source."""
 
     def image(self, opts: UnitOptions) -> str:
         return opts.gaudi_image or self.platform.image
@@ -240,54 +247,57 @@ class ContainerLauncher(Launcher):
         """The image's `vllm serve` (its PATH)."""
         return ("vllm", "serve")
 
-    def tuning(
-        self,
-        service: Service,
-        length: int,
-        block: int,
-        options: Mapping[str, Any],
-        shape: Mapping[str, Any] | None,
-        cache_dir: str,
-    ) -> tuple[dict[str, str], dict[str, Any]]:
-        """Gaudi's bucketing, sized for the service's shape; a value the service sets wins."""
-        sized = gaudi_launch.shape_for(service.name, length, options, shape, block)
-        recipes = f"{cache_dir}/hpu-recipes"
-        return (
-            gaudi_launch.service_env(sized, service.devices, recipes, self.platform.bucketing),
-            gaudi_launch.engine_options(options, sized),
-        )
+    def host_env_scripts(self) -> tuple[str, ...]:
+        return ()
+
+    def _run_args(self, device_paths: Sequence[str]) -> list[str]:
+        """The stack's `docker run` flags, and the devices where no container runtime of the
+        platform's hands them over."""
+        devices = [] if self.platform.behaviour.container_runtime_devices else device_paths
+        return [*self.platform.container_run_args, *(f"--device={p}" for p in devices)]
+
+    def _cache_mount(self, cache: str) -> str:
+        """What of the service's cache directory the container writes: Gaudi's recipes, else
+        all of it (vLLM's compile cache under XDG_CACHE_HOME)."""
+        return recipe_dir(cache) if self.platform.behaviour.shape_buckets else cache
+
+    def _env_names(self, env: Mapping[str, str]) -> list[str]:
+        """The unit's variables the container gets: the launch's, and XDG_CACHE_HOME where
+        the cache is mounted whole."""
+        whole = not self.platform.behaviour.shape_buckets
+        return sorted({*env, *(["XDG_CACHE_HOME"] if whole else [])})
+
+    def _inner(self, argv: Sequence[str]) -> list[str]:
+        return sourced(argv, self.platform.env_scripts)
 
     def exec_argv(
         self, launch: Launch, opts: UnitOptions, models_root: str, state: str, cache: str
     ) -> list[str]:
         """`docker run` around vLLM's argv, pinned to the devices' NUMA node."""
-        recipes = f"{cache}/hpu-recipes"
-        mounts = [(models_root, models_root, False), (recipes, recipes, True)]
+        mounts = [(models_root, models_root, False), (self._cache_mount(cache), None, True)]
         if launch.ray_unit:  # the driver reaches its node's Ray through the session directory
             mounts.append((state, state, True))
         return gaudi_launch.docker_argv(
             launch.name,
             self.image(opts),
-            [*sorted(launch.env), *launch.secret_env],
-            mounts,
-            launch.argv,
-            self.platform.container_run_args,
+            [*self._env_names(launch.env), *launch.secret_env],
+            [(source, target or source, rw) for source, target, rw in mounts],
+            self._inner(launch.argv),
+            self._run_args(launch.device_paths),
             numa_binding(launch, opts.topology),
         )
 
     def ray_exec_argv(
-        self,
-        name: str,
-        argv: list[str],
-        env: Mapping[str, str],
-        opts: UnitOptions,
-        models_root: str,
-        state: str,
-        cache: str,
+        self, node: Launch, opts: UnitOptions, models_root: str, state: str, cache: str
     ) -> list[str]:
         mounts = [(models_root, models_root, False), (state, state, True), (cache, cache, True)]
         return gaudi_launch.docker_argv(
-            name, self.image(opts), sorted(env), mounts, argv, self.platform.container_run_args
+            node.name,
+            self.image(opts),
+            sorted(node.env),
+            mounts,
+            self._inner(node.argv),
+            self._run_args(node.device_paths),
         )
 
     def ray_wait_prefix(
@@ -316,6 +326,11 @@ class ContainerLauncher(Launcher):
         return None  # vLLM is in the image, not on the host
 
 
+def recipe_dir(cache_dir: str) -> str:
+    """Gaudi's HPU graph recipes, under the service's cache directory."""
+    return f"{cache_dir}/hpu-recipes"
+
+
 def launcher_for(platform: Platform) -> Launcher:
-    """The platform's launcher: the one place that asks whether it runs a container."""
+    """The host's launcher: the one place that asks whether it runs a container."""
     return ContainerLauncher(platform) if platform.container else VenvLauncher(platform)

@@ -67,7 +67,7 @@ def build_node(
         host=where.ip, max_model_len=0, kv={},
     )  # fmt: skip
     launcher = launcher_for(platform)
-    exec_argv = launcher.ray_exec_argv(name, argv, env, opts, context.models_root, state, cache)
+    exec_argv = launcher.ray_exec_argv(launch, opts, context.models_root, state, cache)
     groups = opts.groups if opts.groups is not None else platform.groups
     role = "head" if where.is_head else "worker"
     # The values of ray-node.service.j2's directives (roles/vllm_service/templates/).
@@ -98,7 +98,7 @@ def build_node(
         secret_env=[],
         groups=list(groups),
         exec_argv=exec_argv,
-        env_scripts=list(platform.env_scripts),
+        env_scripts=list(launcher.host_env_scripts()),
         template=TEMPLATE,
         directives=directives,
         start_timeout=0,

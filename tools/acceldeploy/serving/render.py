@@ -238,7 +238,7 @@ def render_service(service: Service, platform: Platform, context: HostContext) -
         runtime=platform.runtime,
         devices=service.devices,
         device_paths=platform.device_paths(service.devices),
-        env_scripts=list(platform.env_scripts),
+        env_scripts=list(launcher.host_env_scripts()),
         port=service.port,
         host=service.host,
         max_model_len=length,
