@@ -357,6 +357,7 @@ def test_references_by_path_and_sha256(tmp_path: Path) -> None:
     assert build._named("ascend") == {"ascend_runtime_cann_toolkit_package",
                                       "ascend_runtime_cann_kernels_package",
                                       "ascend_runtime_cann_nnal_package",
+                                      "ascend_runtime_image_tarball",
                                       "monitor_npu_exporter_package"}  # fmt: skip
     assert build._named("gaudi") == {"gaudi_runtime_image_tarball",
                                      "monitor_gaudi_exporter_image_tarball"}  # fmt: skip

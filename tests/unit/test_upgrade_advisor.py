@@ -176,6 +176,17 @@ def test_an_ascend_move_to_another_cann_blocks_until_the_role_installs_it(tmp_pa
     assert runtime.blocking and "ascend_runtime_cann_nnal_package is CANN 8.5.0" in runtime.detail
 
 
+def test_in_the_release_image_a_cann_move_comes_with_the_image(tmp_path: Path) -> None:
+    every = hosts_vars(ascend_example(tmp_path, {"python_env_manager": "container"}))
+    found = upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.23.0")
+    (runtime,) = [f for f in found if f.kind == "runtime"]
+    assert not runtime.blocking
+    assert runtime.detail.startswith(
+        "CANN 8.3.RC2 -> 9.1.0 comes with the image quay.io/ascend/vllm-ascend:v0.23.0: give it "
+        "as ascend_runtime_image_tarball (or _image_registry); the host's CANN is left alone"
+    )
+
+
 def test_the_advisor_names_the_defects_a_move_fixes_and_brings(tmp_path: Path) -> None:
     every = hosts_vars(ascend_example(tmp_path))
     found = {f.what: f.detail for f in upgrade.advise_host("npu-01", every["npu-01"],

@@ -45,6 +45,7 @@ HUB_TOKEN_VARS = {"hf": "model_weights_hf_token", "modelscope": "model_weights_m
 # platform's runtime role and device exporter (``_named``).
 REFERENCES: tuple[tuple[str, str, str], ...] = (
     ("gaudi_runtime_image_tarball", "gaudi_runtime_image_tarball_checksum", ""),
+    ("ascend_runtime_image_tarball", "ascend_runtime_image_tarball_checksum", ""),
     ("ascend_runtime_cann_toolkit_package", "ascend_runtime_cann_checksums", "toolkit"),
     ("ascend_runtime_cann_kernels_package", "ascend_runtime_cann_checksums", "kernels"),
     ("ascend_runtime_cann_nnal_package", "ascend_runtime_cann_checksums", "nnal"),

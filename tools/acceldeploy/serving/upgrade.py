@@ -27,7 +27,7 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds, groups, roledefaults
 from acceldeploy.planner import defects, enginefacts, stacks
 from acceldeploy.planner.engineopts import EngineOptions, platform_engine
-from acceldeploy.planner.platforms import get_platform
+from acceldeploy.planner.platforms import get_platform, runs_in_image
 from acceldeploy.runtimes import ascend
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.service import parse_services
@@ -103,6 +103,16 @@ def cann_findings(
     else the steps the role will run, in order."""
     if not target.get("cann") or current.get("cann") == target.get("cann"):
         return []
+    move = f"CANN {current.get('cann')} -> {target['cann']}"
+    manager = str(roledefaults.value(hostvars, "python_env_manager") or "")
+    if runs_in_image("ascend", manager, dict(target)):
+        drivers = ", ".join(target.get("cann_compatible_drivers") or []) or "not recorded"
+        detail = (
+            f"{move} comes with the image {target['image']}: give it as "
+            "ascend_runtime_image_tarball (or _image_registry); the host's CANN is left alone, "
+            f"its driver must be one CANN {target['cann']} supports ({drivers})"
+        )
+        return [Finding(host, "", "runtime", "CANN", detail)]
     role = {
         name: roledefaults.value(hostvars, f"ascend_runtime_{name}")
         for name in ("cann_install", "home", "cann_download_dir", "cann_install_args")
@@ -118,7 +128,6 @@ def cann_findings(
         "cann_install_args": role["cann_install_args"],
     }
     blocks, steps = ascend.cann_move(inputs, target)
-    move = f"CANN {current.get('cann')} -> {target['cann']}"
     if blocks:
         return [Finding(host, "", "runtime", "CANN", f"{move}: {'; '.join(blocks)}", True)]
     listed = "; ".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
