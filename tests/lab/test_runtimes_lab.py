@@ -24,6 +24,9 @@ and leaves the hosts as it found them (tests/lab/fixtures/cleanup.yml).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -276,6 +279,26 @@ def test_ascend_runtime_converges_then_changes_nothing(
     assert "/dev/davinci2" in fact["device_nodes"]
     groups = ssh(lab[host], f"id -nG {TEST_USER}").stdout.split()
     assert "HwHiAiUser" in groups
+
+
+def test_the_upgrade_advisor_reads_what_the_host_holds_read_only(
+    ascend: dict[str, Any], lab: dict[str, dict[str, Any]]
+) -> None:
+    """`plan upgrade --read-hosts` reads the host over SSH with the first contact's probe and
+    judges it against the stack it would move to; nothing on the host changes."""
+    host = ascend["fits"]
+    before = snapshot(lab[host])
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools"), "COLUMNS": "200"}
+    argv = [sys.executable, "-m", "acceldeploy", "plan", "upgrade", "-i", str(ascend["inventory"]),
+            "--limit", host, "--to", "ascend-vllm-0.13.0", "--read-hosts", "--json"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    rows = json.loads(proc.stdout)
+    (read,) = [r["detail"] for r in rows if r["what"] == "read from the host"]
+    assert "driver 24.1.rc3" in read and "firmware 7.5.0.1.129" in read and "cann 8.3.RC2" in read
+    (cann,) = [r for r in rows if r["kind"] == "runtime"]
+    assert cann["blocking"] and cann["detail"].startswith("CANN 8.3.RC2 -> 8.5.0: ")
+    assert proc.returncode == 1  # the CANN move blocks until the role is told to install it
+    assert snapshot(lab[host]) == before
 
 
 def test_ascend_in_the_release_image_loads_it_once_and_reads_no_host_cann(

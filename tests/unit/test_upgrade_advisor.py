@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,75 @@ def test_a_stack_workaround_gives_every_node_of_a_group_the_same_env(tmp_path: P
     single = hosts_vars(str(REPO / "inventory/examples/ascend-910b"))["npu-01"]
     (launch,) = host_launches({**single, "acceldeploy_stack": "ascend-vllm-0.23.0"})
     assert "HCCL_CONNECT_TIMEOUT" not in launch.env  # a service on one host has no group
+
+
+# --------------------------------------------------------------------------------------------
+# --read-hosts: what the host holds, read by the first contact's probe (here, recorded output)
+
+
+def reader(stdout: str, seen: list[str]) -> upgrade.HostReader:
+    def read(host: str, hostvars: Mapping[str, Any], script: str) -> str:
+        seen.append(script)
+        return stdout
+
+    return read
+
+
+def test_read_hosts_judges_what_the_host_holds_against_the_target(tmp_path: Path) -> None:
+    from test_stacklock import ascend_stdout
+
+    every = hosts_vars(ascend_example(tmp_path))
+    scripts: list[str] = []
+    found = upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.13.0",
+                                reader(ascend_stdout(), scripts))  # fmt: skip
+    (script,) = scripts
+    assert "/usr/local/Ascend/driver/version.info" in script and "ascend_toolkit_install" in script
+    read = {f.what: f for f in found if f.kind == "installed"}
+    assert "driver 24.1.rc3" in read["read from the host"].detail
+    assert "cann 8.3.RC2" in read["read from the host"].detail
+    (cann,) = [f for f in found if f.kind == "runtime"]
+    assert cann.blocking and cann.detail.startswith("CANN 8.3.RC2 -> 8.5.0: ")
+    # the host holds the target's CANN already: nothing to install, nothing blocks on it
+    found = upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.13.0",
+                                reader(ascend_stdout(cann="8.5.0"), []))  # fmt: skip
+    (cann,) = [f for f in found if f.kind == "runtime"]
+    assert not cann.blocking and cann.detail == "CANN 8.5.0 is on the host already"
+
+
+def test_read_hosts_blocks_on_what_the_runtime_gate_would_refuse(tmp_path: Path) -> None:
+    from test_stacklock import ascend_stdout
+
+    every = hosts_vars(ascend_example(tmp_path))
+    found = upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.13.0",
+                                reader(ascend_stdout(driver=None), []))  # fmt: skip
+    gate = [f for f in found if f.what == "runtime gate"]
+    assert gate and all(f.blocking for f in gate)
+    assert any("Ascend driver not installed" in f.detail for f in gate), gate
+
+
+def test_read_hosts_says_why_a_host_was_not_read(tmp_path: Path) -> None:
+    def unreachable(host: str, hostvars: Mapping[str, Any], script: str) -> str:
+        raise AcceldeployError("ssh 127.0.0.1:9: Connection refused")
+
+    every = hosts_vars(ascend_example(tmp_path))
+    found = upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.13.0", unreachable)
+    (read,) = [f for f in found if f.kind == "installed"]
+    assert read.blocking and read.detail == "not read: ssh 127.0.0.1:9: Connection refused"
+
+
+def test_without_read_hosts_no_host_is_read(tmp_path: Path) -> None:
+    every = hosts_vars(ascend_example(tmp_path))
+    found = upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.13.0")
+    assert not [f for f in found if f.kind == "installed"]
+
+
+def test_a_role_default_naming_other_variables_is_filled_in() -> None:
+    from acceldeploy.inventory import roledefaults
+
+    assert roledefaults.rendered({}, "ascend_runtime_driver_info") == (
+        "/usr/local/Ascend/driver/version.info"
+    )
+    moved = {"ascend_runtime_home": "/opt/Ascend"}
+    assert roledefaults.rendered(moved, "ascend_runtime_toolkit_info")[0].startswith(
+        "/opt/Ascend/ascend-toolkit/latest/"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from acceldeploy import tables
@@ -253,6 +253,25 @@ def cmd_stacks(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_over_ssh(host: str, hostvars: Mapping[str, Any], script: str) -> str:
+    """The read-only probe run on ``host`` over SSH, as the inventory reaches it."""
+    from acceldeploy.siteinit.probe import Target, run_ssh, ssh_argv
+
+    where = Target(host, str(hostvars.get("ansible_host") or host),
+                   int(hostvars.get("ansible_port") or 22))  # fmt: skip
+    argv = ssh_argv(
+        where,
+        str(hostvars.get("ansible_user") or "root"),
+        str(hostvars.get("ansible_ssh_private_key_file") or ""),
+        str(hostvars.get("ansible_ssh_common_args") or ""),
+    )
+    rc, stdout, stderr = run_ssh(argv, script)
+    if rc != 0 or "== os-release" not in stdout:
+        why = (stderr.strip().splitlines() or [f"ssh exited {rc}"])[-1]
+        raise AcceldeployError(f"ssh {where.address}:{where.port}: {why}")
+    return stdout
+
+
 def cmd_upgrade(args: argparse.Namespace) -> int:
     """What moving the hosts to --to would change or break, before anything changes."""
     from acceldeploy.inventory.hostvars import hosts_vars
@@ -261,7 +280,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     every = hosts_vars(args.inventory, args.limit)
     if not every:
         raise AcceldeployError(f"--limit {args.limit} selects no host of {args.inventory}")
-    findings = upgrade.advise(every, args.to)
+    findings = upgrade.advise(every, args.to, read_over_ssh if args.read_hosts else None)
     blocking = [f for f in findings if f.blocking]
     if args.json:
         print(json.dumps([f.to_dict() for f in findings], indent=2))
@@ -375,6 +394,12 @@ def add_parser(subparsers: Any, parents: Parents) -> argparse.ArgumentParser:
         )
     )
     upgrade.add_argument("--to", required=True, help="the stack to move to (`plan stacks`)")
+    upgrade.add_argument(
+        "--read-hosts",
+        action="store_true",
+        help="also read what each host holds (driver, firmware, CANN; hl-smi) over SSH, "
+        "read-only, and judge it against the stack; without it no host is contacted",
+    )
     upgrade.set_defaults(func=cmd_upgrade)
 
     cat = command(sub.add_parser("catalog", help="list the model catalog"))

@@ -9,6 +9,7 @@ tests/unit/test_role_docs.py.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from acceldeploy import data_files
 from acceldeploy.errors import AcceldeployError
 
+REFERENCE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 DEFAULTS = "role-defaults"  # data/role-defaults.yml: {role: its defaults/main.yml}
 ROLES = ("host_tuning", "python_env", "model_weights", "vllm_service", "ascend_runtime",
          "gaudi_runtime", "gateway", "monitor")  # fmt: skip
@@ -41,3 +43,22 @@ def value(hostvars: Mapping[str, Any], variable: str) -> Any:
     if isinstance(default, str) and "{{" in default:
         raise AcceldeployError(f"{variable}: its role default is templated; set it explicitly")
     return default
+
+
+def rendered(hostvars: Mapping[str, Any], variable: str) -> Any:
+    """``value``, where a default that only names other role variables (``{{ name }}``, as
+    ``ascend_runtime_driver_info``'s ``{{ ascend_runtime_home }}/driver/version.info``) is
+    filled in from the host's values of those; lists element by element."""
+    if variable in hostvars:
+        return hostvars[variable]
+    default = role_defaults(role_of(variable)).get(variable)
+
+    def fill(text: Any) -> Any:
+        if not isinstance(text, str) or "{{" not in text:
+            return text
+        filled = REFERENCE.sub(lambda m: str(rendered(hostvars, m.group(1))), text)
+        if "{{" in filled:
+            raise AcceldeployError(f"{variable}: its role default is templated; set it explicitly")
+        return filled
+
+    return [fill(v) for v in default] if isinstance(default, list) else fill(default)

@@ -22,9 +22,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import targets
+from acceldeploy.inventory import roledefaults, targets
+from acceldeploy.planner.platforms import runs_in_image
 from acceldeploy.platforms import for_name
-from acceldeploy.runtimes.ascend import ASCEND_VERSION_CHECKS, AscendHost
+from acceldeploy.runtimes.ascend import (
+    ASCEND_VERSION_CHECKS,
+    AscendHost,
+    check_cann_version,
+)
 from acceldeploy.runtimes.gaudi import GAUDI_VERSION_CHECKS, GaudiHost
 from acceldeploy.runtimes.probe import GateRun
 
@@ -38,6 +43,11 @@ class VersionGate:
     files: tuple[str, ...]  # each read where the role's <name>_info option says
     commands: tuple[str, ...]  # each run as the role's <name> option says
     run: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], GateRun]
+    # The other options its checks read (the upgrade advisor takes them from the inventory).
+    switches: tuple[str, ...] = ()
+    # What the upgrade advisor runs on a host read before a move: the checks but the one
+    # the advisor says itself from the inventory (whether the role installs another CANN).
+    move_run: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], GateRun] | None = None
 
 
 def _checked(host: Host, checks: Sequence[Callable[[Host], None]]) -> Host:
@@ -50,6 +60,11 @@ def _ascend(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any
     return _checked(AscendHost(probe=probe, stack=stack, options=options), ASCEND_VERSION_CHECKS)
 
 
+def _ascend_move(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> GateRun:
+    checks = [c for c in ASCEND_VERSION_CHECKS if c is not check_cann_version]
+    return _checked(AscendHost(probe=probe, stack=stack, options=options), checks)
+
+
 def _gaudi(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> GateRun:
     return _checked(GaudiHost(probe=probe, stack=stack, options=options), GAUDI_VERSION_CHECKS)
 
@@ -58,9 +73,15 @@ def _gaudi(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]
 # CANN's ascend_toolkit_install.info; Gaudi's ``hl-smi``, whose version lines the gate parses.
 VERSION_GATES = {
     "ascend_runtime": VersionGate(
-        files=("driver", "firmware", "toolkit"), commands=(), run=_ascend
+        files=("driver", "firmware", "toolkit"),
+        commands=(),
+        run=_ascend,
+        switches=("check_driver", "check_firmware"),
+        move_run=_ascend_move,
     ),
-    "gaudi_runtime": VersionGate(files=(), commands=("hl_smi",), run=_gaudi),
+    "gaudi_runtime": VersionGate(
+        files=(), commands=("hl_smi",), run=_gaudi, switches=("software", "driver_match")
+    ),
 }
 
 
@@ -132,3 +153,38 @@ def check(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
     result = targets.check(stdout, inputs)
     lock = judge(targets.Facts.parse(stdout), inputs)
     return {**result, "stack_lock": lock, "errors": result["errors"] + lock.get("errors", [])}
+
+
+def inventory_inputs(
+    hostvars: Mapping[str, Any], platform: str, stack: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The first contact's inputs for a host of the inventory, without Ansible: its runtime
+    role's reads and switches from the host's variables (else the role's defaults), judged
+    against ``stack``; empty for a platform without a runtime gate."""
+    gate = _gate(platform)
+    if gate is None:
+        return {}
+    role = str(for_name(platform).runtime_role)
+    keys = [f"{name}_info" for name in gate.files] + [*gate.commands, *gate.switches]
+    options = {key: roledefaults.rendered(hostvars, f"{role}_{key}") for key in keys}
+    manager = str(hostvars.get("python_env_manager") or "")
+    options["container"] = runs_in_image(platform, manager, dict(stack))
+    return {
+        "runtime": {"platform": platform, "stack": dict(stack), "options": options},
+        "ansible_python": str(hostvars.get("ansible_python_interpreter") or ""),
+    }
+
+
+def read_for_move(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """What a host holds, read by ``probe_script(inputs)``, judged against the stack it would
+    move to: {detected, errors, warnings} (the advisor's own CANN finding left out)."""
+    platform, stack, options = _runtime(inputs)
+    gate = _gate(platform)
+    if gate is None:
+        return {}
+    host = (gate.move_run or gate.run)(targets.Facts.parse(stdout).probe(), stack, options)
+    return {
+        "detected": {k: v for k, v in host.detected.items() if k != "devices"},
+        "errors": list(host.verdict.errors),
+        "warnings": list(host.verdict.warnings),
+    }

@@ -19,7 +19,7 @@ What could not be checked (an engine nobody recorded) is said as such, never pas
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from acceldeploy.inventory import bounds, groups, roledefaults
 from acceldeploy.planner import defects, enginefacts, stacks
 from acceldeploy.planner.engineopts import EngineOptions, platform_engine
 from acceldeploy.planner.platforms import get_platform, runs_in_image
-from acceldeploy.runtimes import ascend
+from acceldeploy.runtimes import ascend, stacklock, versions
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.service import parse_services
 from acceldeploy.serving.values import Launch
@@ -133,6 +133,35 @@ def cann_findings(
     listed = "; ".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
     detail = f"{move}: the ascend_runtime role installs it (toolkit, kernels, nnal): {listed}"
     return [Finding(host, "", "runtime", "CANN", detail)]
+
+
+# (host, its variables, a read-only sh script) -> the script's stdout; raises to say why not
+HostReader = Callable[[str, Mapping[str, Any], str], str]
+
+
+def installed_findings(
+    host: str,
+    hostvars: Mapping[str, Any],
+    target: Mapping[str, Any],
+    read: HostReader,
+) -> tuple[list[Finding], str]:
+    """What the host holds (driver, firmware, CANN; hl-smi on Gaudi), read-only by the first
+    contact's probe, judged against the target stack by the runtime gate's own checks: one
+    finding of what was read, a blocking one per refusal. Also the CANN found ('' if none)."""
+    inputs = stacklock.inventory_inputs(hostvars, str(target["platform"]), target)
+    if not inputs:
+        return [], ""
+    try:
+        stdout = read(host, hostvars, stacklock.probe_script(inputs))
+    except AcceldeployError as exc:
+        return [Finding(host, "", "installed", "read", f"not read: {exc}", True)], ""
+    seen = stacklock.read_for_move(stdout, inputs)
+    detected = seen["detected"]
+    read_text = ", ".join(f"{k} {v}" for k, v in detected.items() if v) or "nothing recorded"
+    found = [Finding(host, "", "installed", "read from the host", read_text)]
+    found += [Finding(host, "", "installed", "runtime gate", e, True) for e in seen["errors"]]
+    found += [Finding(host, "", "installed", "runtime gate", w) for w in seen["warnings"]]
+    return found, str(detected.get("cann") or "")
 
 
 def defect_findings(
@@ -251,14 +280,21 @@ def kv_findings(host: str, before: list[Launch], after: list[Launch]) -> list[Fi
     return found
 
 
-def advise_host(host: str, hostvars: Mapping[str, Any], to: str) -> list[Finding]:
+def advise_host(
+    host: str, hostvars: Mapping[str, Any], to: str, read: HostReader | None = None
+) -> list[Finding]:
     platform_name = str(hostvars.get("acceldeploy_platform") or "")
     current = stacks.host_stack(platform_name, str(hostvars.get("acceldeploy_stack") or ""))
     target = target_stack(to, platform_name)
     if current["name"] == target["name"]:
         return [Finding(host, "", "version", "stack", f"already on {to}")]
     found = version_moves(host, current, target)
-    found += cann_findings(host, hostvars, current, target)
+    installed, cann = installed_findings(host, hostvars, target, read) if read else ([], "")
+    if cann and target.get("cann") and versions.same_version(cann, str(target["cann"])):
+        found.append(Finding(host, "", "runtime", "CANN", f"CANN {cann} is on the host already"))
+    else:
+        found += cann_findings(host, hostvars, current, target)
+    found += installed
     found += defect_findings(host, current, target)
     before_launches = host_launches(hostvars)
     moved = {**hostvars, "acceldeploy_stack": to}
@@ -290,9 +326,12 @@ def advise_host(host: str, hostvars: Mapping[str, Any], to: str) -> list[Finding
     return [*found, Finding(host, "", "checked", "what was compared", checked)]
 
 
-def advise(every: Mapping[str, Mapping[str, Any]], to: str) -> list[Finding]:
-    """The findings of every serving host of ``every`` (outside the gateways and monitors)."""
+def advise(
+    every: Mapping[str, Mapping[str, Any]], to: str, read: HostReader | None = None
+) -> list[Finding]:
+    """The findings of every serving host of ``every`` (outside the gateways and monitors);
+    with ``read``, what each host holds too (nothing is read without it)."""
     serving = {h: v for h, v in every.items() if groups.serves(v)}
     if not serving:
         raise AcceldeployError("--limit selects no serving host (all are gateways or monitors)")
-    return [f for host, hostvars in serving.items() for f in advise_host(host, hostvars, to)]
+    return [f for host, hostvars in serving.items() for f in advise_host(host, hostvars, to, read)]
