@@ -57,7 +57,8 @@ def write_stacks(tmp_path: Path, change: dict[str, dict[str, Any]]) -> Path:
 def test_every_stack_names_itself_its_platform_and_file() -> None:
     loaded = stacks.load_stacks()
     assert set(loaded) == {
-        "ascend-vllm-0.12.0rc1", "ascend-vllm-0.13.0", "ascend-vllm-0.23.0", "gaudi-fork-1.22",
+        "ascend-vllm-0.12.0rc1", "ascend-vllm-0.13.0", "ascend-vllm-0.23.0",
+        "ascend-vllm-0.23.0.post1", "gaudi-fork-1.22",
         "gaudi-vllm-0.13.0", "gaudi-vllm-0.26.0", "cpu-vllm-0.12.0", "cpu-vllm-0.13.0",
         "cpu-vllm-0.31.0", "cpu-vllm-0.32.0",
     }  # fmt: skip
@@ -184,7 +185,7 @@ def test_an_unknown_stack_or_another_platforms_is_refused_naming_the_variable() 
     assert str(exc.value) == (
         "acceldeploy_stack 'gaudi-vllm-0.13.0' is a gaudi stack but the host's "
         "acceldeploy_platform is ascend; set acceldeploy_stack to one of "
-        "ascend-vllm-0.12.0rc1, ascend-vllm-0.13.0, ascend-vllm-0.23.0, or leave it unset"
+        "ascend-vllm-0.12.0rc1, ascend-vllm-0.13.0, ascend-vllm-0.23.0, ascend-vllm-0.23.0.post1, or leave it unset"
     )
     # the same refusal from the host's plan, which preflight runs for every host
     hostvars = {**host_vars(*GAUDI), "acceldeploy_stack": "cpu-vllm-0.12.0"}

@@ -207,6 +207,9 @@ def test_a_stack_workaround_gives_every_node_of_a_group_the_same_env(tmp_path: P
         launches = host_launches(moved)
         for launch in launches:
             assert launch.env["HCCL_CONNECT_TIMEOUT"] == "900"
+            # vllm-ascend 0.23.0 raises it itself (its platform.py): the roles do not set it
+            assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in launch.env
+        for launch in host_launches({**every[host], "acceldeploy_stack": "ascend-vllm-0.13.0"}):
             assert launch.env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3000"
     single = hosts_vars(str(REPO / "inventory/examples/ascend-910b"))["npu-01"]
     (launch,) = host_launches({**single, "acceldeploy_stack": "ascend-vllm-0.23.0"})

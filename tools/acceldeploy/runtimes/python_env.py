@@ -76,6 +76,15 @@ CREDENTIALS = re.compile(r"(?<=://)[^/@\s:]+(?::[^/@\s]*)?@")
 PYTHON_NAME = re.compile(r"python(\d+)(?:\.(\d+))?[a-z]*")
 # vllm-ascend's build links against the CANN toolkit's devlib.
 ASCEND_DEVLIB = "/usr/local/Ascend/ascend-toolkit/latest/$(uname -m)-linux/devlib"
+# vllm-ascend's setup.py (v0.23.0.post1, gen_build_info): the chips its kernels are built for
+# by SOC_VERSION, Atlas A2 and A3 (310P and A5 are not served by acceldeploy).
+SOC_VERSIONS = (
+    "ascend910b1", "ascend910b2", "ascend910b2c", "ascend910b3", "ascend910b4", "ascend910b4-1",
+    "ascend910_9391", "ascend910_9381", "ascend910_9372", "ascend910_9392", "ascend910_9382",
+    "ascend910_9362",
+)  # fmt: skip
+# What compiles vllm-ascend's kernels on the host (cmake comes with its build requirements).
+SOURCE_BUILD_TOOLS = ("gcc", "g++", "make")
 
 # --------------------------------------------------------------------------------------------
 # Inputs
@@ -311,6 +320,7 @@ class _Build:
     expect: dict[str, str] = field(default_factory=dict)
     steps: list[dict[str, Any]] = field(default_factory=list)
     verify_argv: list[str] = field(default_factory=list)
+    soc_version: str = ""  # set when vllm-ascend is built from its sdist
 
     @property
     def python(self) -> str:
@@ -379,6 +389,71 @@ def _cpu_install(build: _Build, manager: str) -> None:
     )
 
 
+def sdist_only(entry: Mapping[str, Any]) -> bool:
+    """The stack's vllm-ascend is published as an sdist only: pip builds it on the host."""
+    return bool(entry.get("vllm_ascend_sdist_only"))
+
+
+def soc_version(options: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
+    """SOC_VERSION, the chip vllm-ascend's kernels are compiled for: python_env_soc_version,
+    else the one npu-smi names on the host (ascend_runtime's record: 910B1 -> ascend910b1);
+    refused when neither says, or when they disagree."""
+    chips = sorted({str(n).lower() for n in options.get("npu_names") or [] if n})
+    found = [f"ascend{c}" for c in chips if c.startswith("910b")]
+    given = str(options.get("soc_version") or "")
+    build = f"stack {entry['name']} builds vllm-ascend {entry['vllm_ascend']} from its sdist"
+    if not given and len(found) != 1:
+        named = f"npu-smi names {', '.join(chips)}" if chips else "no NPU is recorded yet"
+        raise AcceldeployError(
+            f"python_env_soc_version is empty and {named}: {build}, whose kernels are compiled "
+            "for one chip; set it (Atlas 800 A2 with 910B1: ascend910b1)"
+        )
+    soc = given or found[0]
+    if soc not in SOC_VERSIONS:
+        raise AcceldeployError(
+            f"python_env_soc_version {soc!r} is not a chip vllm-ascend builds for; use one of "
+            f"{', '.join(SOC_VERSIONS)}"
+        )
+    if given and found and given not in found:
+        raise AcceldeployError(
+            f"python_env_soc_version {given} but npu-smi on the host names {', '.join(chips)}: "
+            f"{build} for the host's own chip; set it to {found[0]} or leave it empty"
+        )
+    return soc
+
+
+def _sdist_checks(build: _Build) -> dict[str, Any]:
+    """Before anything is built: the CANN toolkit's environment and the compilers."""
+    tools = " ".join(SOURCE_BUILD_TOOLS)
+    check = (
+        f'for t in {tools}; do command -v "$t" >/dev/null || '
+        '{ echo "$t not found: vllm-ascend is built from its sdist here; install it" >&2; '
+        "exit 1; }; done; "
+        'test -n "${ASCEND_HOME_PATH:-}" || { echo "ASCEND_HOME_PATH is not set by the CANN '
+        'environment scripts" >&2; exit 1; }'
+    )
+    return _step(
+        "check the source build's inputs (the CANN toolkit, the compilers)",
+        _sourced(build.env_scripts, ["bash", "-c", check]),
+    )
+
+
+def _sdist_install(build: _Build, pip_install: list[str]) -> dict[str, Any]:
+    """vllm-ascend from the index's sdist, its kernels compiled for the host's chip."""
+    entry = build.entry
+    pin = f"vllm-ascend=={entry['vllm_ascend']}"
+    return _step(
+        f"build and install vllm-ascend {entry['vllm_ascend']} from its sdist "
+        f"(SOC_VERSION={build.soc_version}, the CANN environment)",
+        _sourced(
+            build.env_scripts,
+            [*pip_install, "-v", "--no-binary", "vllm-ascend", pin],
+            ASCEND_DEVLIB,
+        ),
+        {"SOC_VERSION": build.soc_version},
+    )
+
+
 def _ascend_pins(build: _Build) -> None:
     entry = build.entry
     build.constraints = [f"torch=={entry['torch']}", f"torch-npu=={entry['torch_npu']}"]
@@ -412,6 +487,19 @@ def _remove_triton(build: _Build) -> dict[str, Any]:
 
 def _ascend_wheel_steps(build: _Build) -> list[dict[str, Any]]:
     install = [*_pip_install(build), "-r", build.requirements_path]
+    if build.soc_version:  # vllm-ascend has no wheel: pip builds it from its sdist
+        entry = build.entry
+        return [
+            _step(
+                f"install vllm, torch, torch-npu (pre-built wheels) and build vllm-ascend "
+                f"{entry['vllm_ascend']} from its sdist (SOC_VERSION={build.soc_version})",
+                _sourced(
+                    build.env_scripts, [*install, "--no-binary", "vllm-ascend"], ASCEND_DEVLIB
+                ),
+                {"SOC_VERSION": build.soc_version},
+            ),
+            _remove_triton(build),
+        ]
     return [
         _step(
             "install vllm, vllm-ascend, torch, torch-npu (pre-built wheels)",
@@ -434,6 +522,20 @@ def _ascend_source_steps(build: _Build) -> list[dict[str, Any]]:
     ascend_repo = str(options.get("vllm_ascend_repo") or entry["vllm_ascend_repo"])
     ascend = f"{src}/vllm-ascend"
     submodules = ["submodule", "update", "--init", "--recursive", "--depth", "1"]
+    if build.soc_version:
+        vllm_ascend = [_sdist_install(build, pip_install)]
+    else:
+        vllm_ascend = [
+            _step(
+                f"clone vllm-ascend {entry['vllm_ascend_ref']}",
+                _clone(str(entry["vllm_ascend_ref"]), ascend_repo, ascend),
+            ),
+            _step("fetch vllm-ascend's submodules", ["git", "-C", ascend, *submodules]),
+            _step(
+                "build and install vllm-ascend with the CANN environment",
+                _sourced(build.env_scripts, [*pip_install, "-v", "-e", ascend], ASCEND_DEVLIB),
+            ),
+        ]
     steps = [
         _step(
             f"clone vllm {entry['vllm_ref']}",
@@ -445,15 +547,7 @@ def _ascend_source_steps(build: _Build) -> list[dict[str, Any]]:
             {"VLLM_TARGET_DEVICE": "empty"},
         ),
         _remove_triton(build),
-        _step(
-            f"clone vllm-ascend {entry['vllm_ascend_ref']}",
-            _clone(str(entry["vllm_ascend_ref"]), ascend_repo, ascend),
-        ),
-        _step("fetch vllm-ascend's submodules", ["git", "-C", ascend, *submodules]),
-        _step(
-            "build and install vllm-ascend with the CANN environment",
-            _sourced(build.env_scripts, [*pip_install, "-v", "-e", ascend], ASCEND_DEVLIB),
-        ),
+        *vllm_ascend,
     ]
     if build.extra:
         steps.append(_step("install the extra packages", [*pip_install, *build.extra]))
@@ -470,7 +564,10 @@ def _install_from(options: Mapping[str, Any]) -> str:
 
 
 def _ascend_install(build: _Build) -> None:
-    """The ascend stack: vllm, vllm-ascend, torch, torch-npu from source or wheels."""
+    """The ascend stack: vllm, vllm-ascend, torch, torch-npu from source or wheels; a
+    vllm-ascend published as an sdist only is built from it, its inputs checked first."""
+    if build.soc_version:
+        build.steps.insert(0, _sdist_checks(build))
     if _install_from(build.options) == "wheels":
         build.steps += _ascend_wheel_steps(build)
     else:
@@ -592,6 +689,7 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         _cpu_pins(build)
     else:
         _ascend_pins(build)
+        build.soc_version = soc_version(options, entry) if sdist_only(entry) else ""
     create = _create_argv(manager, python, "", options)
     identity = {
         "format": PLAN_FORMAT,
@@ -608,6 +706,8 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     fixes = defects.workarounds(entry)
     if fixes:  # a stack without any keeps the key it had
         identity["workarounds"] = fixes
+    if build.soc_version:  # kernels built for one chip: another chip is another build
+        identity["soc_version"] = build.soc_version
     build.env = build_dir(env, _key(identity))
     build.steps.append(
         _step(f"create the {manager}", _create_argv(manager, python, build.env, options))

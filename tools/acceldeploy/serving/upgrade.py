@@ -28,7 +28,7 @@ from acceldeploy.inventory import bounds, groups, roledefaults
 from acceldeploy.planner import defects, enginefacts, stacks
 from acceldeploy.planner.engineopts import EngineOptions, platform_engine
 from acceldeploy.planner.platforms import get_platform, runs_in_image
-from acceldeploy.runtimes import ascend, stacklock, versions
+from acceldeploy.runtimes import ascend, python_env, stacklock, versions
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.service import parse_services
 from acceldeploy.serving.values import Launch
@@ -164,6 +164,26 @@ def installed_findings(
     return found, str(detected.get("cann") or "")
 
 
+def source_build_findings(
+    host: str, hostvars: Mapping[str, Any], target: Mapping[str, Any]
+) -> list[Finding]:
+    """A target whose vllm-ascend is an sdist only: built on one host of each class, for the
+    chip python_env_soc_version names (else the one ascend_runtime recorded)."""
+    if not python_env.sdist_only(target):
+        return []
+    given = str(hostvars.get("python_env_soc_version") or "")
+    chip = f"SOC_VERSION={given}" if given else (
+        "the chip ascend_runtime recorded (set python_env_soc_version on a host it has not read)"
+    )  # fmt: skip
+    tools = ", ".join(python_env.SOURCE_BUILD_TOOLS)
+    detail = (
+        f"vllm-ascend {target['vllm_ascend']} is published as an sdist only: python_env builds "
+        f"it on one host of each host class ({tools} and the CANN toolkit there, checked "
+        f"first; {chip}) and copies the environment to the others"
+    )
+    return [Finding(host, "", "runtime", "source build", detail)]
+
+
 def defect_findings(
     host: str, current: Mapping[str, Any], target: Mapping[str, Any]
 ) -> list[Finding]:
@@ -295,6 +315,7 @@ def advise_host(
     else:
         found += cann_findings(host, hostvars, current, target)
     found += installed
+    found += source_build_findings(host, hostvars, target)
     found += defect_findings(host, current, target)
     before_launches = host_launches(hostvars)
     moved = {**hostvars, "acceldeploy_stack": to}
