@@ -329,17 +329,7 @@ def ascend_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[
     checked = {**inputs, "devices": sorted(set(devices)), "cann_packages": packages}
     if not container:
         return {**checked, "container": False, "image_probe": {}}
-    image = image_options(ROLE, inputs, stack_entry)
-    return {
-        **checked,
-        **image,
-        "container": True,
-        # What the probe runs besides npu-smi: Docker, and the image (gaudi_runtime's too).
-        "image_probe": {
-            "docker_version": ["docker", "version", "--format", "{{.Server.Version}}"],
-            "image_inspect": ["docker", "image", "inspect", "--format", "{{.Id}}", image["image"]],
-        },
-    }
+    return {**checked, **image_options(ROLE, inputs, stack_entry), "container": True}
 
 
 # --------------------------------------------------------------------------------------------

@@ -42,8 +42,17 @@ def image_options(role: str, inputs: dict[str, Any], stack_entry: dict[str, Any]
     remote = tarball.startswith(("http://", "https://"))
     return {
         "image": image,
+        "image_probe": image_probe(image),
         "pull_ref": f"{registry}/{image}" if registry else "",
         "tarball_path": f"{download_dir.rstrip('/')}/{name}" if remote else tarball,
+    }
+
+
+def image_probe(image: str) -> dict[str, list[str]]:
+    """What a runtime role's probe runs for the image (``judge_image`` reads the answers)."""
+    return {
+        "docker_version": ["docker", "version", "--format", "{{.Server.Version}}"],
+        "image_inspect": ["docker", "image", "inspect", "--format", "{{.Id}}", image],
     }
 
 
