@@ -201,3 +201,13 @@ def test_an_image_from_an_internal_url_is_downloaded_once_and_checked() -> None:
 def test_bad_image_inputs_are_refused_naming_the_variable(more: dict[str, Any], named: str) -> None:
     with pytest.raises(AcceldeployError, match=named):
         container_options(**more)
+
+
+def test_the_advisor_names_the_image_only_where_the_host_runs_it(tmp_path: Path) -> None:
+    from acceldeploy.serving import upgrade
+
+    conda = upgrade.advise_host("npu-01", host_vars(*ONE), "ascend-vllm-0.13.0")
+    assert "container image" not in {f.what for f in conda}
+    moved = upgrade.advise_host("npu-01", in_image(ONE), "ascend-vllm-0.13.0")
+    (image,) = [f for f in moved if f.what == "container image"]
+    assert image.detail == f"{IMAGE} -> quay.io/ascend/vllm-ascend:v0.13.0"

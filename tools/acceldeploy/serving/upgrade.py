@@ -78,10 +78,13 @@ def target_stack(name: str, platform: str) -> dict[str, Any]:
 
 
 def version_moves(
-    host: str, current: Mapping[str, Any], target: Mapping[str, Any]
+    host: str, current: Mapping[str, Any], target: Mapping[str, Any], in_image: bool = True
 ) -> list[Finding]:
+    """What the move changes of the stack's parts; the image only where the host runs it."""
     moves = []
     for key, label in MOVES:
+        if key == "image" and not in_image:
+            continue
         before, after = current.get(key), target.get(key)
         if after is not None and before != after:
             moves.append(Finding(host, "", "version", label, f"{_text(before)} -> {_text(after)}"))
@@ -308,7 +311,8 @@ def advise_host(
     target = target_stack(to, platform_name)
     if current["name"] == target["name"]:
         return [Finding(host, "", "version", "stack", f"already on {to}")]
-    found = version_moves(host, current, target)
+    manager = str(roledefaults.value(hostvars, "python_env_manager") or "")
+    found = version_moves(host, current, target, runs_in_image(platform_name, manager, target))
     installed, cann = installed_findings(host, hostvars, target, read) if read else ([], "")
     if cann and target.get("cann") and versions.same_version(cann, str(target["cann"])):
         found.append(Finding(host, "", "runtime", "CANN", f"CANN {cann} is on the host already"))
