@@ -286,3 +286,14 @@ def test_a_role_default_naming_other_variables_is_filled_in() -> None:
     assert roledefaults.rendered(moved, "ascend_runtime_toolkit_info")[0].startswith(
         "/opt/Ascend/ascend-toolkit/latest/"
     )
+
+
+def test_a_probe_whose_last_command_failed_was_still_read() -> None:
+    from acceldeploy.siteinit.probe import unreachable
+
+    # the probe's exit status is its last command's (a missing tool): the host was read
+    assert unreachable(127, "== os-release\nID=debian\n", "") is None
+    assert unreachable(255, "", "ssh: connect to host 127.0.0.1 port 9: refused\n") == (
+        "ssh: connect to host 127.0.0.1 port 9: refused"
+    )
+    assert unreachable(0, "", "") == "ssh exited 0"

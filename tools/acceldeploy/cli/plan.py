@@ -255,7 +255,7 @@ def cmd_stacks(args: argparse.Namespace) -> int:
 
 def read_over_ssh(host: str, hostvars: Mapping[str, Any], script: str) -> str:
     """The read-only probe run on ``host`` over SSH, as the inventory reaches it."""
-    from acceldeploy.siteinit.probe import Target, run_ssh, ssh_argv
+    from acceldeploy.siteinit.probe import Target, run_ssh, ssh_argv, unreachable
 
     where = Target(host, str(hostvars.get("ansible_host") or host),
                    int(hostvars.get("ansible_port") or 22))  # fmt: skip
@@ -266,8 +266,8 @@ def read_over_ssh(host: str, hostvars: Mapping[str, Any], script: str) -> str:
         str(hostvars.get("ansible_ssh_common_args") or ""),
     )
     rc, stdout, stderr = run_ssh(argv, script)
-    if rc != 0 or "== os-release" not in stdout:
-        why = (stderr.strip().splitlines() or [f"ssh exited {rc}"])[-1]
+    why = unreachable(rc, stdout, stderr)
+    if why is not None:
         raise AcceldeployError(f"ssh {where.address}:{where.port}: {why}")
     return stdout
 

@@ -438,18 +438,14 @@ def _sdist_checks(build: _Build) -> dict[str, Any]:
     )
 
 
-def _sdist_install(build: _Build, pip_install: list[str]) -> dict[str, Any]:
-    """vllm-ascend from the index's sdist, its kernels compiled for the host's chip."""
-    entry = build.entry
-    pin = f"vllm-ascend=={entry['vllm_ascend']}"
+def _sdist_install(build: _Build, what: str, requirements: list[str]) -> dict[str, Any]:
+    """``requirements`` installed (``what``), vllm-ascend among them built from the index's
+    sdist, its kernels compiled for the host's chip with the CANN environment sourced."""
+    install = [*_pip_install(build), "-v", "--no-binary", "vllm-ascend", *requirements]
     return _step(
-        f"build and install vllm-ascend {entry['vllm_ascend']} from its sdist "
-        f"(SOC_VERSION={build.soc_version}, the CANN environment)",
-        _sourced(
-            build.env_scripts,
-            [*pip_install, "-v", "--no-binary", "vllm-ascend", pin],
-            ASCEND_DEVLIB,
-        ),
+        f"{what}: vllm-ascend {build.entry['vllm_ascend']} built from its sdist "
+        f"(SOC_VERSION={build.soc_version})",
+        _sourced(build.env_scripts, install, ASCEND_DEVLIB),
         {"SOC_VERSION": build.soc_version},
     )
 
@@ -488,18 +484,9 @@ def _remove_triton(build: _Build) -> dict[str, Any]:
 def _ascend_wheel_steps(build: _Build) -> list[dict[str, Any]]:
     install = [*_pip_install(build), "-r", build.requirements_path]
     if build.soc_version:  # vllm-ascend has no wheel: pip builds it from its sdist
-        entry = build.entry
-        return [
-            _step(
-                f"install vllm, torch, torch-npu (pre-built wheels) and build vllm-ascend "
-                f"{entry['vllm_ascend']} from its sdist (SOC_VERSION={build.soc_version})",
-                _sourced(
-                    build.env_scripts, [*install, "--no-binary", "vllm-ascend"], ASCEND_DEVLIB
-                ),
-                {"SOC_VERSION": build.soc_version},
-            ),
-            _remove_triton(build),
-        ]
+        requirements = ["-r", build.requirements_path]
+        wheels = "install vllm, torch, torch-npu (pre-built wheels)"
+        return [_sdist_install(build, wheels, requirements), _remove_triton(build)]
     return [
         _step(
             "install vllm, vllm-ascend, torch, torch-npu (pre-built wheels)",
@@ -523,7 +510,8 @@ def _ascend_source_steps(build: _Build) -> list[dict[str, Any]]:
     ascend = f"{src}/vllm-ascend"
     submodules = ["submodule", "update", "--init", "--recursive", "--depth", "1"]
     if build.soc_version:
-        vllm_ascend = [_sdist_install(build, pip_install)]
+        pin = f"vllm-ascend=={entry['vllm_ascend']}"
+        vllm_ascend = [_sdist_install(build, "build and install vllm-ascend", [pin])]
     else:
         vllm_ascend = [
             _step(

@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import roledefaults, targets
-from acceldeploy.planner.platforms import runs_in_image
 from acceldeploy.platforms import for_name
 from acceldeploy.runtimes.ascend import (
     ASCEND_VERSION_CHECKS,
@@ -156,19 +155,19 @@ def check(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def inventory_inputs(
-    hostvars: Mapping[str, Any], platform: str, stack: Mapping[str, Any]
+    hostvars: Mapping[str, Any], platform: str, stack: Mapping[str, Any], in_image: bool
 ) -> dict[str, Any]:
     """The first contact's inputs for a host of the inventory, without Ansible: its runtime
     role's reads and switches from the host's variables (else the role's defaults), judged
-    against ``stack``; empty for a platform without a runtime gate."""
+    against ``stack`` (``in_image``: the host runs the stack's image); empty for a platform
+    without a runtime gate."""
     gate = _gate(platform)
     if gate is None:
         return {}
     role = str(for_name(platform).runtime_role)
     keys = [f"{name}_info" for name in gate.files] + [*gate.commands, *gate.switches]
     options = {key: roledefaults.rendered(hostvars, f"{role}_{key}") for key in keys}
-    manager = str(hostvars.get("python_env_manager") or "")
-    options["container"] = runs_in_image(platform, manager, dict(stack))
+    options["container"] = in_image
     return {
         "runtime": {"platform": platform, "stack": dict(stack), "options": options},
         "ansible_python": str(hostvars.get("ansible_python_interpreter") or ""),

@@ -274,14 +274,15 @@ class ContainerLauncher(Launcher):
         self, launch: Launch, opts: UnitOptions, models_root: str, state: str, cache: str
     ) -> list[str]:
         """`docker run` around vLLM's argv, pinned to the devices' NUMA node."""
-        mounts = [(models_root, models_root, False), (self._cache_mount(cache), None, True)]
+        written = self._cache_mount(cache)
+        mounts = [(models_root, models_root, False), (written, written, True)]
         if launch.ray_unit:  # the driver reaches its node's Ray through the session directory
             mounts.append((state, state, True))
         return gaudi_launch.docker_argv(
             launch.name,
             self.image(opts),
             [*self._env_names(launch.env), *launch.secret_env],
-            [(source, target or source, rw) for source, target, rw in mounts],
+            mounts,
             self._inner(launch.argv),
             self._run_args(launch.device_paths),
             numa_binding(launch, opts.topology),

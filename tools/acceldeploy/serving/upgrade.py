@@ -100,15 +100,18 @@ def _text(value: Any) -> str:
 
 
 def cann_findings(
-    host: str, hostvars: Mapping[str, Any], current: Mapping[str, Any], target: Mapping[str, Any]
+    host: str,
+    hostvars: Mapping[str, Any],
+    current: Mapping[str, Any],
+    target: Mapping[str, Any],
+    in_image: bool,
 ) -> list[Finding]:
     """A move to another CANN: blocking unless the role will install it, naming the variables;
     else the steps the role will run, in order."""
     if not target.get("cann") or current.get("cann") == target.get("cann"):
         return []
     move = f"CANN {current.get('cann')} -> {target['cann']}"
-    manager = str(roledefaults.value(hostvars, "python_env_manager") or "")
-    if runs_in_image("ascend", manager, dict(target)):
+    if in_image:
         drivers = ", ".join(target.get("cann_compatible_drivers") or []) or "not recorded"
         detail = (
             f"{move} comes with the image {target['image']}: give it as "
@@ -146,12 +149,13 @@ def installed_findings(
     host: str,
     hostvars: Mapping[str, Any],
     target: Mapping[str, Any],
+    in_image: bool,
     read: HostReader,
 ) -> tuple[list[Finding], str]:
     """What the host holds (driver, firmware, CANN; hl-smi on Gaudi), read-only by the first
     contact's probe, judged against the target stack by the runtime gate's own checks: one
     finding of what was read, a blocking one per refusal. Also the CANN found ('' if none)."""
-    inputs = stacklock.inventory_inputs(hostvars, str(target["platform"]), target)
+    inputs = stacklock.inventory_inputs(hostvars, str(target["platform"]), target, in_image)
     if not inputs:
         return [], ""
     try:
@@ -312,12 +316,15 @@ def advise_host(
     if current["name"] == target["name"]:
         return [Finding(host, "", "version", "stack", f"already on {to}")]
     manager = str(roledefaults.value(hostvars, "python_env_manager") or "")
-    found = version_moves(host, current, target, runs_in_image(platform_name, manager, target))
-    installed, cann = installed_findings(host, hostvars, target, read) if read else ([], "")
+    in_image = runs_in_image(platform_name, manager, target)
+    found = version_moves(host, current, target, in_image)
+    installed, cann = (
+        installed_findings(host, hostvars, target, in_image, read) if read else ([], "")
+    )
     if cann and target.get("cann") and versions.same_version(cann, str(target["cann"])):
         found.append(Finding(host, "", "runtime", "CANN", f"CANN {cann} is on the host already"))
     else:
-        found += cann_findings(host, hostvars, current, target)
+        found += cann_findings(host, hostvars, current, target, in_image)
     found += installed
     found += source_build_findings(host, hostvars, target)
     found += defect_findings(host, current, target)

@@ -105,6 +105,14 @@ def run_ssh(argv: Sequence[str], stdin: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+def unreachable(rc: int, stdout: str, stderr: str) -> str | None:
+    """Why a probe over SSH did not run (ssh's own failure, or no probe output), None when it
+    did: its commands' exit status is the last one's, not the probe's."""
+    if rc == 255 or "== os-release" not in stdout:
+        return (stderr.strip().splitlines() or [f"ssh exited {rc}"])[-1]
+    return None
+
+
 def probe(
     target: Target,
     user: str,
@@ -113,8 +121,8 @@ def probe(
     runner: Callable[[Sequence[str], str], tuple[int, str, str]] | None = None,
 ) -> HostReport:
     rc, stdout, stderr = (runner or run_ssh)(ssh_argv(target, user, key, ssh_args), script())
-    if rc == 255 or "== os-release" not in stdout:
-        why = (stderr.strip().splitlines() or [f"ssh exited {rc}"])[-1]
+    why = unreachable(rc, stdout, stderr)
+    if why is not None:
         return HostReport(
             target, None,
             errors=(f"{target.name}: unreachable over SSH as {user}@{target.address}:"
