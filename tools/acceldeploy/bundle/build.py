@@ -33,12 +33,16 @@ from acceldeploy.inventory import roledefaults
 from acceldeploy.monitor import device_exporters
 from acceldeploy.planner.stacks import host_stack, lock_requirements
 from acceldeploy.platforms import find
+from acceldeploy.runtimes import python_env
 
 Say = Callable[[str], None]
 HUB_ENDPOINT_VARS = {
     "hf": "model_weights_hf_endpoint",
     "modelscope": "model_weights_modelscope_endpoint",
 }
+# The bundle's directory of wheels builds made from sdists, one directory per build key (what
+# python_env's built_store names under a wheel cache).
+BUILT = "built"
 HUB_TOKEN_VARS = {"hf": "model_weights_hf_token", "modelscope": "model_weights_modelscope_token"}
 # The operator's artefacts a bundle names but does not hold: (path variable, where its sha256
 # is given: a variable, and the key inside it when it is a mapping). A host names those of its
@@ -131,6 +135,38 @@ def stack_wheels(klass: HostClass, pins: Sequence[str], cache: Path, say: Say) -
     if absent:
         raise AcceldeployError(f"host class {klass.key}: no wheel of {', '.join(absent)} on PyPI")
     return chosen
+
+
+# python_env's inputs that decide a build's key, as a host's variables (else the role's
+# defaults) give them; the platform and stack come from acceldeploy_platform / _stack.
+BUILD_KEY_INPUTS = ("manager", "stacks_file", "venv_path", "venv_python", "conda_root",
+                    "conda_env_path", "conda_channels", "install_from", "extra_packages",
+                    "build_from_sdist", "soc_version")  # fmt: skip
+
+
+def built_wheels(
+    host: str, hostvars: Mapping[str, Any], cache: Path
+) -> tuple[str, list[str], list[Path]]:
+    """The host's build key, the pins it builds from their sdists and the wheels the
+    controller kept from that build (``<store>/<key>``, python_env's built_store); no pins
+    for a host that builds none."""
+    options: dict[str, Any] = {
+        key: roledefaults.value(hostvars, f"python_env_{key}") for key in BUILD_KEY_INPUTS
+    }
+    options.update(
+        platform=str(hostvars.get("acceldeploy_platform") or ""),
+        stack=str(hostvars.get("acceldeploy_stack") or ""),
+        built_store=hostvars.get("python_env_built_store") or "",
+        wheel_cache=hostvars.get("python_env_wheel_cache") or "",
+        controller_cache=str(cache),
+    )
+    try:
+        plan = python_env.python_env_plan(options)
+    except AcceldeployError as exc:
+        raise AcceldeployError(f"{host}: {exc}") from exc
+    if not plan.get("from_sdist"):
+        return str(plan.get("key") or ""), [], []
+    return plan["key"], plan["from_sdist"], sorted(Path(plan["built_store"]).glob("*.whl"))
 
 
 def fetch_lock_sha1() -> str:
@@ -314,6 +350,19 @@ def build(
             placements.append((wheel, out / "wheels", "hub", "pypi", klass.key))
     for wheel in controller_wheels(cache, say):
         placements.append((wheel, out / "controller", "controller", "pypi", ""))
+    for host in sorted(serving):
+        key, pins, built = built_wheels(host, serving[host], cache)
+        if pins and not built:
+            say(
+                f"NOTE {host} builds {', '.join(pins)} from the sdist and the controller holds "
+                f"no wheel of build {key[:12]}: the rack builds it once per class, from sources "
+                "that hold the sdist; to carry the wheels instead, run playbooks/runtime.yml on "
+                "one host of the class where the sources are reachable, then build again"
+            )
+        klass = next(k.key for k, names in by_class.items() if host in names)
+        for wheel in built:
+            source = f"built from its sdist by build {key[:12]}"
+            placements.append((wheel, out / BUILT / key, BUILT, source, klass))
     for repo in repos:
         say(f"apt packages for {repo.name} ({', '.join(repo.hosts)}): {', '.join(repo.packages)}")
         for file in ospackages.fetch(repo, cache):

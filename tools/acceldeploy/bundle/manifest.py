@@ -7,7 +7,8 @@ Format 1::
      "inventory": "inventory/site",
      "classes": {"cpu-cp311-x86_64-glibc2.36": {"platform": ..., "hosts": [...]}},
      "models": {"org/name@rev": {"source": "hf", "revision": "...", "hosts": [...]}},
-     "files": {"wheels/x.whl": {"size": 1, "sha256": "...", "kind": "stack|hub|controller|model",
+     "files": {"wheels/x.whl": {"size": 1, "sha256": "...",
+                                "kind": "stack|hub|controller|model|built",
                                 "source": "...", "classes": [...]}},
      "references": [{"name": ..., "variable": ..., "path": ..., "sha256": ..., "hosts": [...]}]}
 

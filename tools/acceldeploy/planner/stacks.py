@@ -129,6 +129,14 @@ def part_errors(entry: Mapping[str, Any]) -> list[str]:
             f"stack {name}: kv_rules {', '.join(map(str, unknown))} unknown; use "
             f"{', '.join(KV_RULES)} (tools/acceldeploy/planner/kvplan.py) in {entry['file']}"
         )
+    sdists = entry.get("sdist_only")
+    if sdists is not None and not (
+        isinstance(sdists, list) and all(isinstance(n, str) and n for n in sdists)
+    ):
+        errors.append(
+            f"stack {name}: sdist_only {sdists!r} is not a list of package names (the packages "
+            f"published as an sdist only, like [vllm-ascend]); fix it in {entry['file']}"
+        )
     glibc = entry.get("wheel_glibc")
     if glibc is not None and not re.fullmatch(r"2\.\d+", str(glibc)):
         errors.append(

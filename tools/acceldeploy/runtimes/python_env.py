@@ -43,14 +43,14 @@ DEFAULT_CONDA_ROOT = "/opt/miniforge3"
 
 PIP = ["-m", "pip"]
 # --no-compile: pip byte-compiles on one core; the build's last step does it on every core.
-PIP_QUIET = [
+PIP_WHEEL_QUIET = [
     "--disable-pip-version-check",
     "--no-input",
     "--no-cache-dir",
     "--progress-bar",
     "off",
-    "--no-compile",
 ]
+PIP_QUIET = [*PIP_WHEEL_QUIET, "--no-compile"]
 # uv installs a lock pinning it: no cache kept (its temporary one is under the step's TMPDIR,
 # beside the environment, so that uv hard-links from it), no bytecode (as pip's --no-compile).
 UV_INSTALL = ["pip", "install", "--quiet", "--no-deps", "--no-cache", "--no-progress"]
@@ -85,6 +85,10 @@ SOC_VERSIONS = (
 )  # fmt: skip
 # What compiles vllm-ascend's kernels on the host (cmake comes with its build requirements).
 SOURCE_BUILD_TOOLS = ("gcc", "g++", "make")
+# The package whose build compiles kernels for one chip (SOC_VERSION).
+ASCEND_KERNELS = "vllm-ascend"
+# The build's own directory of the wheels it built from sdists.
+BUILT_WHEELS_DIR = "acceldeploy-built-wheels"
 
 # --------------------------------------------------------------------------------------------
 # Inputs
@@ -320,7 +324,10 @@ class _Build:
     expect: dict[str, str] = field(default_factory=dict)
     steps: list[dict[str, Any]] = field(default_factory=list)
     verify_argv: list[str] = field(default_factory=list)
-    soc_version: str = ""  # set when vllm-ascend is built from its sdist
+    # The pins built from their sdists on the host (sdist_pins), and the chip vllm-ascend's
+    # kernels are compiled for when it is one of them.
+    from_sdist: list[str] = field(default_factory=list)
+    soc_version: str = ""
 
     @property
     def python(self) -> str:
@@ -333,6 +340,16 @@ class _Build:
     @property
     def constraints_path(self) -> str:
         return f"{self.env}/{CONSTRAINTS_NAME}"
+
+    @property
+    def built_dir(self) -> str:
+        """The wheels built here from sdists: kept in the build, so they fan out with it."""
+        return f"{self.env}/{BUILT_WHEELS_DIR}"
+
+    @property
+    def wheel_requirements(self) -> list[str]:
+        """The pins installed from the sources' wheels: all but those built from sdists."""
+        return [pin for pin in self.requirements if pin not in self.from_sdist]
 
     def expect_extra(self) -> None:
         for pin in self.extra:
@@ -372,6 +389,8 @@ def _cpu_install(build: _Build, manager: str) -> None:
     the lab's 4.2 GB), by pip otherwise."""
     pip = [build.python, *PIP, "install", *PIP_QUIET, "--no-deps", *build.source]
     uv = installer_pin(build.requirements)
+    if build.from_sdist:
+        build.steps.append(_sdist_build(build))
     if uv is None or manager != "venv":
         build.steps.append(
             _step(
@@ -379,19 +398,40 @@ def _cpu_install(build: _Build, manager: str) -> None:
                 [*pip, "-r", build.requirements_path],
             )
         )
-        return
-    build.steps.append(_step("install the lock's installer (uv)", [*pip, uv]))
-    build.steps.append(
-        _step(
-            "install the pinned set with uv (--no-deps: the lock is complete)",
-            uv_install_argv(build.env, build.source, build.requirements_path),
+    else:
+        build.steps.append(_step("install the lock's installer (uv)", [*pip, uv]))
+        build.steps.append(
+            _step(
+                "install the pinned set with uv (--no-deps: the lock is complete)",
+                uv_install_argv(build.env, build.source, build.requirements_path),
+            )
         )
-    )
+    if build.from_sdist:
+        build.steps.append(_install_built(build))
 
 
-def sdist_only(entry: Mapping[str, Any]) -> bool:
-    """The stack's vllm-ascend is published as an sdist only: pip builds it on the host."""
-    return bool(entry.get("vllm_ascend_sdist_only"))
+def sdist_names(entry: Mapping[str, Any]) -> list[str]:
+    """The packages the stack publishes as an sdist only (its ``sdist_only``): pip builds them
+    on the host."""
+    return [str(name) for name in entry.get("sdist_only") or []]
+
+
+def sdist_pins(
+    entry: Mapping[str, Any], options: Mapping[str, Any], requirements: list[str]
+) -> list[str]:
+    """The pins built from their sdists on one host of each class: the stack's sdist_only
+    packages and python_env_build_from_sdist's, each one the stack (or its extras) pins."""
+    pins = {normalize_name(pin.partition("==")[0]): pin for pin in requirements}
+    chosen = [str(name) for name in options.get("build_from_sdist") or []]
+    unknown = [name for name in chosen if normalize_name(name) not in pins]
+    if unknown:
+        raise AcceldeployError(
+            f"python_env_build_from_sdist names {', '.join(unknown)}, which stack "
+            f"{entry['name']} does not pin: name packages of its pins (`acceldeploy plan "
+            "stacks`) or of python_env_extra_packages"
+        )
+    names = {normalize_name(name) for name in [*sdist_names(entry), *chosen]}
+    return sorted(pins[name] for name in names if name in pins)
 
 
 def soc_version(options: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
@@ -422,8 +462,9 @@ def soc_version(options: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
     return soc
 
 
-def _sdist_checks(build: _Build) -> dict[str, Any]:
-    """Before anything is built: the CANN toolkit's environment and the compilers."""
+def _kernel_checks(build: _Build) -> dict[str, Any]:
+    """Before vllm-ascend's kernels are compiled: the CANN toolkit's environment and the
+    compilers."""
     tools = " ".join(SOURCE_BUILD_TOOLS)
     check = (
         f'for t in {tools}; do command -v "$t" >/dev/null || '
@@ -438,16 +479,58 @@ def _sdist_checks(build: _Build) -> dict[str, Any]:
     )
 
 
-def _sdist_install(build: _Build, what: str, requirements: list[str]) -> dict[str, Any]:
-    """``requirements`` installed (``what``), vllm-ascend among them built from the index's
-    sdist, its kernels compiled for the host's chip with the CANN environment sourced."""
-    install = [*_pip_install(build), "-v", "--no-binary", "vllm-ascend", *requirements]
+def _sdist_build(build: _Build) -> dict[str, Any]:
+    """The wheels of the pins published as (or chosen as) sdists, built here from the sources'
+    sdists into the build's own directory; vllm-ascend's kernels for the host's chip, with the
+    CANN environment sourced."""
+    names = ",".join(pin.partition("==")[0] for pin in build.from_sdist)
+    constraints = ["-c", build.constraints_path] if build.constraints else []
+    verbose = ["-v"] if build.soc_version else []
+    # --use-pep517: a project without pyproject.toml is built in pip's isolated environment
+    # from the sources too (pip 23.0, Debian 12's, would run its setup.py with the venv's own
+    # setuptools, which lacks bdist_wheel).
+    argv = [build.python, *PIP, "wheel", *PIP_WHEEL_QUIET, *verbose, *constraints, "--use-pep517"]
+    argv += ["--no-deps"]
+    argv += ["--no-binary", names, "-w", build.built_dir, *build.source, *build.from_sdist]
+    argv = _unless_built(build, argv)
+    what = ", ".join(build.from_sdist)
+    if not build.soc_version:
+        return _step(f"build {what} from the sdist (a wheel, kept in the build)", argv)
     return _step(
-        f"{what}: vllm-ascend {build.entry['vllm_ascend']} built from its sdist "
-        f"(SOC_VERSION={build.soc_version})",
-        _sourced(build.env_scripts, install, ASCEND_DEVLIB),
+        f"build {what} from the sdist, its kernels for SOC_VERSION={build.soc_version}",
+        _sourced(build.env_scripts, argv, ASCEND_DEVLIB),
         {"SOC_VERSION": build.soc_version},
     )
+
+
+def wheel_stem(pin: str) -> str:
+    """The start of a wheel's file name for ``name==version`` (``vllm_ascend-0.23.0.post1``)."""
+    name, _, version = pin.partition("==")
+    return f"{normalize_name(name).replace('-', '_')}-{Version(version)}"
+
+
+def built_store(options: Mapping[str, Any], key: str) -> str:
+    """The controller's directory of the wheels a build made from sdists (one per build key):
+    under python_env_built_store, else the wheel cache the hosts install from (an offline
+    bundle's, when deploying from one), else the controller's cache."""
+    cache = str(options.get("wheel_cache") or options.get("controller_cache") or "")
+    root = str(options.get("built_store") or f"{cache.rstrip('/')}/built")
+    return f"{root.rstrip('/')}/{key}"
+
+
+def _unless_built(build: _Build, argv: list[str]) -> list[str]:
+    """``argv`` run unless the build's directory already holds a wheel of every pin: the ones
+    the controller kept from this build's earlier run, or the offline bundle carries."""
+    held = " && ".join(f"ls {build.built_dir}/{wheel_stem(pin)}-*.whl" for pin in build.from_sdist)
+    kept = "echo kept: the wheels this build made before, from the controller"
+    return ["bash", "-c", f'{{ {held}; }} >/dev/null 2>&1 && {kept} || exec "$@"', "bash", *argv]
+
+
+def _install_built(build: _Build) -> dict[str, Any]:
+    """The wheels built from sdists installed from the build's own directory, nothing else."""
+    argv = [build.python, *PIP, "install", *PIP_QUIET, "--no-deps", "--no-index"]
+    argv += ["--find-links", build.built_dir, *build.from_sdist]
+    return _step("install the wheels built from sdists", argv)
 
 
 def _ascend_pins(build: _Build) -> None:
@@ -481,15 +564,20 @@ def _remove_triton(build: _Build) -> dict[str, Any]:
     )
 
 
+def _built_links(build: _Build) -> list[str]:
+    """pip's source for the wheels built here: pip takes a wheel before an sdist of a version."""
+    return ["--find-links", build.built_dir] if build.from_sdist else []
+
+
 def _ascend_wheel_steps(build: _Build) -> list[dict[str, Any]]:
-    install = [*_pip_install(build), "-r", build.requirements_path]
-    if build.soc_version:  # vllm-ascend has no wheel: pip builds it from its sdist
-        requirements = ["-r", build.requirements_path]
-        wheels = "install vllm, torch, torch-npu (pre-built wheels)"
-        return [_sdist_install(build, wheels, requirements), _remove_triton(build)]
+    requirements = ["-r", build.requirements_path, *build.from_sdist]
+    install = [*_pip_install(build), *_built_links(build), *requirements]
+    built = [_sdist_build(build)] if build.from_sdist else []
+    what = "the wheels built here and the pre-built" if built else "pre-built wheels"
     return [
+        *built,
         _step(
-            "install vllm, vllm-ascend, torch, torch-npu (pre-built wheels)",
+            f"install vllm, vllm-ascend, torch, torch-npu ({what})",
             _sourced(build.env_scripts, install, ASCEND_DEVLIB),
         ),
         _remove_triton(build),
@@ -509,9 +597,16 @@ def _ascend_source_steps(build: _Build) -> list[dict[str, Any]]:
     ascend_repo = str(options.get("vllm_ascend_repo") or entry["vllm_ascend_repo"])
     ascend = f"{src}/vllm-ascend"
     submodules = ["submodule", "update", "--init", "--recursive", "--depth", "1"]
-    if build.soc_version:
+    if build.from_sdist:
         pin = f"vllm-ascend=={entry['vllm_ascend']}"
-        vllm_ascend = [_sdist_install(build, "build and install vllm-ascend", [pin])]
+        install = [*_pip_install(build), *_built_links(build), pin]
+        vllm_ascend = [
+            _sdist_build(build),
+            _step(
+                "install vllm-ascend (the wheel built here)",
+                _sourced(build.env_scripts, install, ASCEND_DEVLIB),
+            ),
+        ]
     else:
         vllm_ascend = [
             _step(
@@ -555,7 +650,7 @@ def _ascend_install(build: _Build) -> None:
     """The ascend stack: vllm, vllm-ascend, torch, torch-npu from source or wheels; a
     vllm-ascend published as an sdist only is built from it, its inputs checked first."""
     if build.soc_version:
-        build.steps.insert(0, _sdist_checks(build))
+        build.steps.insert(0, _kernel_checks(build))
     if _install_from(build.options) == "wheels":
         build.steps += _ascend_wheel_steps(build)
     else:
@@ -627,7 +722,12 @@ def _plan(
         "key": key,
         "record_path": f"{build.env}/{RECORD_NAME}",
         "requirements_path": build.requirements_path,
-        "requirements_text": "\n".join(build.requirements) + "\n",
+        # What the install step takes from the sources' wheels (not the pins built here).
+        "requirements_text": "\n".join(build.wheel_requirements) + "\n",
+        "from_sdist": build.from_sdist,
+        # The wheels built from sdists: in the build, and kept on the controller by key.
+        "built_dir": build.built_dir,
+        "built_store": built_store(build.options, key) if build.from_sdist else "",
         "constraints_path": build.constraints_path,
         "constraints_text": "\n".join(build.constraints) + "\n" if build.constraints else "",
         "steps": steps,
@@ -663,6 +763,11 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     extra = _extra_packages(options)
     _check_venv_python(options, entry, platform, manager)
     if manager == "container":
+        if options.get("build_from_sdist"):
+            raise AcceldeployError(
+                "python_env_build_from_sdist is set but python_env_manager is container: the "
+                "image holds the environment; empty it, or use conda or venv"
+            )
         return _container_plan(platform, entry, options)
 
     python = str(entry["python"])
@@ -677,7 +782,9 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
         _cpu_pins(build)
     else:
         _ascend_pins(build)
-        build.soc_version = soc_version(options, entry) if sdist_only(entry) else ""
+    build.from_sdist = sdist_pins(entry, options, build.requirements)
+    if any(pin.startswith(f"{ASCEND_KERNELS}==") for pin in build.from_sdist):
+        build.soc_version = soc_version(options, entry)
     create = _create_argv(manager, python, "", options)
     identity = {
         "format": PLAN_FORMAT,
@@ -694,6 +801,8 @@ def python_env_plan(options: dict[str, Any]) -> dict[str, Any]:
     fixes = defects.workarounds(entry)
     if fixes:  # a stack without any keeps the key it had
         identity["workarounds"] = fixes
+    if build.from_sdist:  # a build of its own (the key of a stack without any stays)
+        identity["from_sdist"] = build.from_sdist
     if build.soc_version:  # kernels built for one chip: another chip is another build
         identity["soc_version"] = build.soc_version
     build.env = build_dir(env, _key(identity))

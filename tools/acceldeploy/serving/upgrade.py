@@ -176,7 +176,7 @@ def source_build_findings(
 ) -> list[Finding]:
     """A target whose vllm-ascend is an sdist only: built on one host of each class, for the
     chip python_env_soc_version names (else the one ascend_runtime recorded)."""
-    if not python_env.sdist_only(target):
+    if python_env.ASCEND_KERNELS not in python_env.sdist_names(target):
         return []
     given = str(hostvars.get("python_env_soc_version") or "")
     chip = f"SOC_VERSION={given}" if given else (
