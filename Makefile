@@ -121,13 +121,14 @@ test-slow: lab
 # Everything, on fresh lab hosts: a running lab (the demo's) is taken down first, and the lab
 # is torn down again whatever the result. On a fresh machine the lab's downloads and builds
 # (the wheels, its venv, the Debian tree of every suite the tests boot) run beside lint and
-# the unit tests, their lines tagged "[lab prepare]"; with a warm cache they are a no-op.
+# the unit tests, their lines tagged "[lab prepare]"; with a warm cache they are a no-op. Lint
+# and the unit tests run side by side (one core each), each one's output printed whole.
 LAB_SUITES := bookworm,bullseye,trixie
 test: venv host-deps
 	$(MAKE) lab-down
 	@ACCELDEPLOY_PROGRESS_PREFIX='[lab prepare] ' $(BIN)/python tools/lab.py prepare \
 	  --rootfs $(LAB_SUITES) > /dev/null & prep=$$!; \
-	  rc=0; $(MAKE) lint test-unit || rc=$$?; \
+	  rc=0; $(MAKE) --output-sync=target -j2 lint test-unit || rc=$$?; \
 	  if [ $$rc -ne 0 ]; then kill $$prep 2>/dev/null; wait $$prep; exit $$rc; fi; \
 	  wait $$prep
 	$(MAKE) test-lab; rc=$$?; $(MAKE) lab-down; exit $$rc

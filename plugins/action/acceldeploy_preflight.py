@@ -23,6 +23,7 @@ from ansible.template import trust_as_template
 
 from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import bounds
 from acceldeploy.inventory import groups as fleet_groups
 from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.planner import defects
@@ -49,33 +50,31 @@ NAMES = (
 
 @dataclass(frozen=True)
 class Step:
-    """One role's checks: the lists of errors it asserts empty, then the facts it sets, in order
-    (a later fact may read an earlier one), each {fact: the role's variable that computes it}."""
+    """One role's checks: its day-2 numbers against their bounds
+    (tools/acceldeploy/inventory/bounds.py), then the facts it sets, in order (a later fact
+    may read an earlier one), each {fact: the role's variable that computes it}."""
 
     role: str
-    errors: tuple[str, ...] = ()
     facts: tuple[tuple[str, str], ...] = ()
+    # The role's numbers are checked in its first step on a host, not again in a later part.
+    bounded: bool = True
     # A runtime role's: it runs on the hosts whose platform's class names that role.
     runtime: bool = False
 
 
 SERVING = (
-    Step("vllm_service", ("vllm_service_number_errors",),
-         (("vllm_service_units", "vllm_service_planned_units"),
-          ("vllm_service_node_view", "vllm_service_planned_node_view"))),
-    Step("host_tuning", (), (("host_tuning_settings", "host_tuning_checked_settings"),)),
-    Step("ascend_runtime", (), (("ascend_runtime_stack", "ascend_runtime_planned_stack"),
-                                ("ascend_runtime_options", "ascend_runtime_planned_options")),
+    Step("vllm_service", (("vllm_service_units", "vllm_service_planned_units"),
+                          ("vllm_service_node_view", "vllm_service_planned_node_view"))),
+    Step("host_tuning", (("host_tuning_settings", "host_tuning_checked_settings"),)),
+    Step("ascend_runtime", (("ascend_runtime_stack", "ascend_runtime_planned_stack"),
+                            ("ascend_runtime_options", "ascend_runtime_planned_options")),
          runtime=True),
-    Step("gaudi_runtime", ("gaudi_runtime_number_errors",),
-         (("gaudi_runtime_stack", "gaudi_runtime_planned_stack"),
-          ("gaudi_runtime_options", "gaudi_runtime_planned_options"),
-          ("gaudi_runtime_image_ref", "gaudi_runtime_planned_image_ref")),
+    Step("gaudi_runtime", (("gaudi_runtime_stack", "gaudi_runtime_planned_stack"),
+                           ("gaudi_runtime_options", "gaudi_runtime_planned_options"),
+                           ("gaudi_runtime_image_ref", "gaudi_runtime_planned_image_ref")),
          runtime=True),
-    Step("python_env", ("python_env_number_errors",),
-         (("python_env_spec", "python_env_planned_spec"),)),
-    Step("model_weights", ("model_weights_number_errors",),
-         (("model_weights_info", "model_weights_planned_info"),)),
+    Step("python_env", (("python_env_spec", "python_env_planned_spec"),)),
+    Step("model_weights", (("model_weights_info", "model_weights_planned_info"),)),
 )  # fmt: skip
 RUNTIMES = {step.role: step for step in SERVING if step.runtime}
 
@@ -89,14 +88,14 @@ def serving_steps(hostvars: Mapping[str, Any]) -> list[Step]:
 
 
 # After the fleet's fan-out (model_weights_jobs, the same for every host): each host's part.
-WEIGHTS_PART = Step("model_weights", (), (
+WEIGHTS_PART = Step("model_weights", (
     ("model_weights_job", "model_weights_planned_job"),
     ("model_weights_busy", "model_weights_planned_busy"),
     ("model_weights_python", "model_weights_planned_python"),
     ("model_weights_hub_python", "model_weights_planned_hub_python"),
-))  # fmt: skip
-GATEWAY = Step("gateway", ("gateway_number_errors",), (("gateway_plan", "gateway_planned"),))
-MONITOR = Step("monitor", ("monitor_number_errors",), (
+), bounded=False)  # fmt: skip
+GATEWAY = Step("gateway", (("gateway_plan", "gateway_planned"),))
+MONITOR = Step("monitor", (
     ("monitor_metrics", "monitor_planned_metrics"),
     ("monitor_file_sd", "monitor_planned_file_sd"),
     ("monitor_rules", "monitor_planned_rules"),
@@ -239,7 +238,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         ends the step (its later facts read the earlier ones)."""
         try:
             templar = self._templar_for(self._scope(host, step.role))
-            failed = [e for name in step.errors for e in templar.template(_expression(name))]
+            failed = step.bounded and bounds.role_errors(
+                step.role, lambda name: plain(templar.template(_expression(name)))
+            )
             if failed:
                 self._fail(host, failed)
                 return

@@ -11,7 +11,7 @@ from typing import Any
 import acceldeploy
 from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import bounds, groups, varcheck
+from acceldeploy.inventory import groups, varcheck
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.platforms import for_name
 from acceldeploy.runtimes import stacklock
@@ -145,18 +145,6 @@ def _service_of(result: Mapping[str, Any]) -> str:
     return str(item.get("service") or (item.get("gate") or {}).get("service") or "")
 
 
-def acceldeploy_bounded_names(role: str) -> list[str]:
-    """'python_env' | acceldeploy_bounded_names: the role's day-2 numbers (timeouts, retries,
-    counts, keep, serial) whose bounds preflight checks (gather them with query('vars'))."""
-    return bounds.names(str(role))
-
-
-def acceldeploy_number_errors(values: Mapping[str, Any]) -> list[str]:
-    """{variable: value} | acceldeploy_number_errors: a message for each day-2 number out of
-    its bounds (tools/acceldeploy/inventory/bounds.py), naming the variable and the range."""
-    return bounds.errors(plain(dict(values)))
-
-
 def acceldeploy_unknown_variables(names: list[str]) -> list[str]:
     """Variable names -> a message for each of ours that no role declares (closest name)."""
     return varcheck.unknown_variables(REPO / "roles", names)
@@ -278,8 +266,6 @@ class FilterModule:
             acceldeploy_gates_for_run,
             acceldeploy_gate_pings,
             acceldeploy_gate_refused,
-            acceldeploy_bounded_names,
-            acceldeploy_number_errors,
             acceldeploy_unknown_variables,
             acceldeploy_type_errors,
             acceldeploy_variable_pattern,

@@ -122,12 +122,22 @@ def test_an_interpreter_whose_name_does_not_rule_it_out_is_left_to_first_contact
     assert plan["creator"] == (python or "/usr/bin/python3.11")
 
 
-def test_the_roles_gather_their_bounded_numbers() -> None:
-    for role in ("python_env", "model_weights", "vllm_service", "gaudi_runtime"):
-        computed = yaml.safe_load((ROLES_DIR / role / "vars/main.yml").read_text())
-        assert f"{role}_number_errors" in computed, role
-        tasks = Path(ROLES_DIR / role / "tasks").glob("*.yml")
-        assert any(f"{role}_number_errors" in t.read_text() for t in tasks), role
+def test_each_role_with_bounded_numbers_checks_them_through_the_one_action() -> None:
+    for role_dir in sorted(p for p in ROLES_DIR.iterdir() if (p / "tasks").is_dir()):
+        role = role_dir.name
+        tasks = [t.read_text() for t in (role_dir / "tasks").glob("*.yml")]
+        checks = [t for t in tasks if "acceldeploy.fleet.acceldeploy_bounds:" in t]
+        assert bool(checks) == bool(bounds.names(role)), role
+        assert all(f"role: {role}\n" in t for t in checks), role
+        variables = role_dir / "vars/main.yml"
+        every = "".join(tasks) + (variables.read_text() if variables.is_file() else "")
+        assert "_number_errors" not in every and "acceldeploy_number_errors" not in every
+
+
+def test_the_action_names_each_variable_out_of_bounds() -> None:
+    values = {"python_env_keep": -1, "python_env_fanout_port": 8782}
+    errors = bounds.role_errors("python_env", lambda name: values.get(name, 60))
+    assert len(errors) == 1 and errors[0].startswith("python_env_keep")
 
 
 @pytest.mark.parametrize("serial", ["0%", "150%", "-5%", True, [1, 2]])

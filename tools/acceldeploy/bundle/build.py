@@ -359,10 +359,10 @@ def build(
                 "that hold the sdist; to carry the wheels instead, run playbooks/runtime.yml on "
                 "one host of the class where the sources are reachable, then build again"
             )
-        klass = next(k.key for k, names in by_class.items() if host in names)
+        class_key = next(k.key for k, names in by_class.items() if host in names)
         for wheel in built:
             source = f"built from its sdist by build {key[:12]}"
-            placements.append((wheel, out / BUILT / key, BUILT, source, klass))
+            placements.append((wheel, out / BUILT / key, BUILT, source, class_key))
     for repo in repos:
         say(f"apt packages for {repo.name} ({', '.join(repo.hosts)}): {', '.join(repo.packages)}")
         for file in ospackages.fetch(repo, cache):

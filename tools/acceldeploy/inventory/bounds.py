@@ -5,7 +5,8 @@ A role's argument spec says only `int` or `float` (Ansible's specs have no minim
 and a number out of range acts late or wrongly: a negative python_env_keep pruned every older
 build, an async poll of 0 fires a download and forgets it. So each number's bounds are here,
 and each role checks its own beside its other inputs in preflight, before any host is contacted
-(roles/<role>/tasks/validate.yml or plan.yml, through the acceldeploy_number_errors filter).
+(roles/<role>/tasks/validate.yml or plan.yml, through the acceldeploy_bounds action; preflight's
+one pass asks ``role_errors`` for every role it checks).
 host_tuning's numbers are bounded with its other inputs (hosttuning/inputs.py);
 vllm_service_serial, a count or a share of the hosts, by check_serial (the rollout's batches,
 serving/cluster.py, read it the same way).
@@ -220,6 +221,12 @@ def number(name: str, value: Any) -> float:
     if found is None or not bound.low <= found <= bound.high:
         raise AcceldeployError(f"{name} must be {bound.describe()}, got {value!r}")
     return found
+
+
+def role_errors(role: str, value_of: Callable[[str], Any]) -> list[str]:
+    """One message per bounded variable of ``role`` out of its bounds, each variable's value as
+    ``value_of`` reads it (a task's templated variable)."""
+    return errors({name: value_of(name) for name in names(role)})
 
 
 def errors(values: Mapping[str, Any]) -> list[str]:
