@@ -111,7 +111,8 @@ test-matrix: lab
 # (test_stack_upgrade_lab.py, ~15 min on a converged lab: cpu-vllm-0.12.0 -> 0.13.0 -> a
 # broken 0.13.0 build -> 0.12.0, verify and bench on 0.13; three 8.1 GB builds per host at
 # its peak, ~49 GB on the disk the hosts share, checked before it builds; its own builds
-# pruned after), a model revision round trip, tune's interrupted / resumed / applied cycle, and
+# pruned after), a pin built from its sdist once and fanned out (~5 min, one more 8 GB build
+# per host), a model revision round trip, tune's interrupted / resumed / applied cycle, and
 # remove.yml taking a service and a host out and site.yml bringing them back (~11 min; kept out
 # of `make test` for its budget). Leaves the lab down.
 test-slow: lab
