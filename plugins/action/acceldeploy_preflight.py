@@ -238,8 +238,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         ends the step (its later facts read the earlier ones)."""
         try:
             templar = self._templar_for(self._scope(host, step.role))
-            failed = step.bounded and bounds.role_errors(
-                step.role, lambda name: plain(templar.template(_expression(name)))
+            failed = (
+                bounds.role_errors(
+                    step.role, lambda name: plain(templar.template(_expression(name)))
+                )
+                if step.bounded
+                else []
             )
             if failed:
                 self._fail(host, failed)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy import runtimes
-from acceldeploy.downloads import wheelcache
+from acceldeploy.downloads import wheelcache, wheelhouse
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.planner import stacks
 from acceldeploy.runtimes import envfanout
@@ -81,8 +81,10 @@ def gaudi_runtime_hccl(output: str) -> dict[str, Any]:
 
 
 def python_env_plan(options: Mapping[str, Any]) -> dict[str, Any]:
-    """python_env_inputs | python_env_plan: commands, pins and the rebuild key."""
-    return runtimes.python_env_plan(plain(options))
+    """python_env_inputs | python_env_plan: commands, pins and the rebuild key; the
+    controller's cache ($ACCELDEPLOY_CACHE) is this controller's (wheelhouse.cache_dir)."""
+    given = plain(options)
+    return runtimes.python_env_plan({"controller_cache": str(wheelhouse.cache_dir()), **given})
 
 
 def python_env_verify(

@@ -34,6 +34,7 @@ from acceldeploy.monitor import device_exporters
 from acceldeploy.planner.stacks import host_stack, lock_requirements
 from acceldeploy.platforms import find
 from acceldeploy.runtimes import python_env
+from acceldeploy.serving.hostplan import env_inputs
 
 Say = Callable[[str], None]
 HUB_ENDPOINT_VARS = {
@@ -137,10 +138,9 @@ def stack_wheels(klass: HostClass, pins: Sequence[str], cache: Path, say: Say) -
     return chosen
 
 
-# python_env's inputs that decide a build's key, as a host's variables (else the role's
-# defaults) give them; the platform and stack come from acceldeploy_platform / _stack.
-BUILD_KEY_INPUTS = ("manager", "stacks_file", "venv_path", "venv_python", "conda_root",
-                    "conda_env_path", "conda_channels", "install_from", "extra_packages",
+# python_env's inputs that decide a build's key beside where the env lives (env_inputs), as
+# a host's variables (else the role's defaults) give them.
+BUILD_KEY_INPUTS = ("venv_python", "conda_channels", "install_from", "extra_packages",
                     "build_from_sdist", "soc_version")  # fmt: skip
 
 
@@ -151,11 +151,10 @@ def built_wheels(
     controller kept from that build (``<store>/<key>``, python_env's built_store); no pins
     for a host that builds none."""
     options: dict[str, Any] = {
-        key: roledefaults.value(hostvars, f"python_env_{key}") for key in BUILD_KEY_INPUTS
+        **env_inputs(hostvars),
+        **{key: roledefaults.value(hostvars, f"python_env_{key}") for key in BUILD_KEY_INPUTS},
     }
     options.update(
-        platform=str(hostvars.get("acceldeploy_platform") or ""),
-        stack=str(hostvars.get("acceldeploy_stack") or ""),
         built_store=hostvars.get("python_env_built_store") or "",
         wheel_cache=hostvars.get("python_env_wheel_cache") or "",
         controller_cache=str(cache),
