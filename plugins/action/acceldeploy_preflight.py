@@ -2,12 +2,12 @@
 input checks, for every host of the run, in one call and one process, before any host is
 contacted.
 
-Each step below is a role's own check: the expressions its tasks set (roles/<role>/vars/main.yml
-and defaults/main.yml, templated with that host's variables as include_role would), so a role
-used alone checks the same inputs the same way. The pass returns every host's failures at once
-(each naming the variable and the fix), the facts the later plays read, per host, and the
-errors only the whole fleet shows (the nodes of a multi-node service that disagree). It changes
-nothing and contacts no host.
+Each step below runs a role's contract (tools/acceldeploy/roles/), with the variables a task of
+that role sees on that host (its defaults, the inventory, the facts set so far, its vars), as
+the role's own acceldeploy_contract task does: a role used alone checks the same inputs the same
+way. The pass returns every host's failures at once (each naming the variable and the fix), the
+facts the later plays read, per host, and the errors only the whole fleet shows (the nodes of a
+multi-node service that disagree). It changes nothing and contacts no host.
 """
 
 from __future__ import annotations
@@ -19,16 +19,18 @@ from typing import Any
 
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
-from ansible.template import trust_as_template
 
-from acceldeploy import secrets
+from acceldeploy import roles, secrets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import bounds
+from acceldeploy.inventory import bounds, varcheck
 from acceldeploy.inventory import groups as fleet_groups
-from acceldeploy.inventory.ansible_adapter import plain
+from acceldeploy.inventory.ansible_adapter import task_scope
+from acceldeploy.inventory.scope import Scope
 from acceldeploy.planner import defects
 from acceldeploy.planner.stacks import load_stacks
 from acceldeploy.platforms import find
+from acceldeploy.roles import model_weights
+from acceldeploy.serving import hostplan
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 # What every host's scope takes from the task's own variables (the run's, not the host's).
@@ -37,44 +39,30 @@ RUN_VARS = (
     "ansible_check_mode", "ansible_diff_mode", "ansible_inventory_sources", "ansible_run_tags",
     "ansible_skip_tags", "ansible_version", "playbook_dir", "omit",
 )  # fmt: skip
-# The names check (misspelt variables, wrong types) runs on the inventory's own variables.
-NAME_LIST = (
-    "query('ansible.builtin.varnames', none | acceldeploy.fleet.acceldeploy_variable_pattern)"
-)
-NAMES = (
-    "(preflight_names | acceldeploy.fleet.acceldeploy_unknown_variables)"
-    " + (dict(preflight_names | zip(query('ansible.builtin.vars', *preflight_names)))"
-    " | acceldeploy.fleet.acceldeploy_type_errors)"
-)
 
 
 @dataclass(frozen=True)
 class Step:
-    """One role's checks: its day-2 numbers against their bounds
-    (tools/acceldeploy/inventory/bounds.py), then the facts it sets, in order (a later fact
-    may read an earlier one), each {fact: the role's variable that computes it}."""
+    """One role's contract on one host: its day-2 numbers against their bounds
+    (tools/acceldeploy/inventory/bounds.py), then its plan; `facts` are those of the plan's
+    facts that the later stages read."""
 
     role: str
-    facts: tuple[tuple[str, str], ...] = ()
-    # The role's numbers are checked in its first step on a host, not again in a later part.
-    bounded: bool = True
+    facts: tuple[str, ...] = ()
+    # A later part of the role's plan (its numbers were checked by the role's own plan).
+    part: str = ""
     # A runtime role's: it runs on the hosts whose platform's class names that role.
     runtime: bool = False
 
 
 SERVING = (
-    Step("vllm_service", (("vllm_service_units", "vllm_service_planned_units"),
-                          ("vllm_service_node_view", "vllm_service_planned_node_view"))),
-    Step("host_tuning", (("host_tuning_settings", "host_tuning_checked_settings"),)),
-    Step("ascend_runtime", (("ascend_runtime_stack", "ascend_runtime_planned_stack"),
-                            ("ascend_runtime_options", "ascend_runtime_planned_options")),
-         runtime=True),
-    Step("gaudi_runtime", (("gaudi_runtime_stack", "gaudi_runtime_planned_stack"),
-                           ("gaudi_runtime_options", "gaudi_runtime_planned_options"),
-                           ("gaudi_runtime_image_ref", "gaudi_runtime_planned_image_ref")),
-         runtime=True),
-    Step("python_env", (("python_env_spec", "python_env_planned_spec"),)),
-    Step("model_weights", (("model_weights_info", "model_weights_planned_info"),)),
+    Step("vllm_service", ("vllm_service_units", "vllm_service_node_view")),
+    Step("host_tuning"),
+    Step("ascend_runtime", ("ascend_runtime_stack", "ascend_runtime_options"), runtime=True),
+    Step("gaudi_runtime", ("gaudi_runtime_stack", "gaudi_runtime_options",
+                           "gaudi_runtime_image_ref"), runtime=True),
+    Step("python_env", ("python_env_spec",)),
+    Step("model_weights", ("model_weights_info",)),
 )  # fmt: skip
 RUNTIMES = {step.role: step for step in SERVING if step.runtime}
 
@@ -88,30 +76,16 @@ def serving_steps(hostvars: Mapping[str, Any]) -> list[Step]:
 
 
 # After the fleet's fan-out (model_weights_jobs, the same for every host): each host's part.
-WEIGHTS_PART = Step("model_weights", (
-    ("model_weights_job", "model_weights_planned_job"),
-    ("model_weights_busy", "model_weights_planned_busy"),
-    ("model_weights_python", "model_weights_planned_python"),
-    ("model_weights_hub_python", "model_weights_planned_hub_python"),
-), bounded=False)  # fmt: skip
-GATEWAY = Step("gateway", (("gateway_plan", "gateway_planned"),))
-MONITOR = Step("monitor", (
-    ("monitor_metrics", "monitor_planned_metrics"),
-    ("monitor_file_sd", "monitor_planned_file_sd"),
-    ("monitor_rules", "monitor_planned_rules"),
-    ("monitor_dashboards", "monitor_planned_dashboards"),
-    ("monitor_device_exporter", "monitor_planned_device_exporter"),
-))  # fmt: skip
+WEIGHTS_PART = Step("model_weights", ("model_weights_job", "model_weights_busy",
+                                      "model_weights_python", "model_weights_hub_python"),
+                    part="job")  # fmt: skip
+GATEWAY = Step("gateway", ("gateway_plan",))
+MONITOR = Step("monitor", ("monitor_metrics", "monitor_file_sd", "monitor_rules",
+                           "monitor_dashboards", "monitor_device_exporter"))  # fmt: skip
 # Every fact the pass can deliver (playbooks/preflight.yml sets each host's own).
 FACTS = tuple(dict.fromkeys(
-    [f for step in (*SERVING, WEIGHTS_PART, GATEWAY, MONITOR) for f, _ in step.facts]
+    [f for step in (*SERVING, WEIGHTS_PART, GATEWAY, MONITOR) for f in step.facts]
     + ["model_weights_jobs"]))  # fmt: skip
-
-
-def _expression(source: str) -> str:
-    """`{{ source }}`, trusted as a template (the pass's own words, not data's)."""
-    expression: str = trust_as_template("{{ " + source + " }}")
-    return expression
 
 
 def _message(exc: BaseException) -> str:
@@ -140,6 +114,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         self._files: dict[tuple[str, str], dict[str, Any]] = {}
         self._raws: dict[str, dict[str, Any]] = {}
         self._run = {name: task_vars[name] for name in RUN_VARS if name in task_vars}
+        self._groups = task_vars.get("groups") or {}
         hosts = [str(h) for h in self._task.args.get("hosts") or []]
         self._errors: dict[str, list[str]] = {}
         self._facts: dict[str, dict[str, Any]] = {h: {} for h in hosts}
@@ -219,13 +194,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             m for m in dict.fromkeys(secrets.mask(str(m)) for m in messages) if m not in known
         )
 
+    def _host_scope(self, host: str, variables: Mapping[str, Any]) -> Scope:
+        return task_scope(host, variables, self._templar_for(variables))
+
     def _names_pass(self, host: str) -> bool:
-        scope = {**self._raw(host), **self._run, "hostvars": self._hostvars}
+        """The inventory's own variables of ours: misspelt names, wrong types."""
+        variables = {**self._raw(host), **self._run, "hostvars": self._hostvars}
+        scope = self._host_scope(host, variables)
         try:
-            templar = self._templar_for(scope)
-            names = templar.template(_expression(NAME_LIST))
-            errors = self._templar_for({**scope, "preflight_names": names}).template(
-                _expression(NAMES)
+            errors = varcheck.input_errors(
+                ROLES, {name: scope[name] for name in varcheck.ours(variables)}
             )
         except (AnsibleError, AcceldeployError) as exc:
             errors = [_message(exc)]
@@ -234,25 +212,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         return not errors
 
     def _step(self, host: str, step: Step) -> None:
-        """One role's checks on one host: its error lists, then its facts; the first failure
-        ends the step (its later facts read the earlier ones)."""
+        """One role's contract on one host: its bounds, then its plan (the first failure ends
+        the step)."""
+        scope = self._host_scope(host, self._scope(host, step.role))
         try:
-            templar = self._templar_for(self._scope(host, step.role))
-            failed = (
-                bounds.role_errors(
-                    step.role, lambda name: plain(templar.template(_expression(name)))
-                )
-                if step.bounded
-                else []
-            )
+            failed = [] if step.part else bounds.role_errors(step.role, scope.__getitem__)
             if failed:
                 self._fail(host, failed)
                 return
-            for fact, source in step.facts:
-                value = plain(
-                    self._templar_for(self._scope(host, step.role)).template(_expression(source))
-                )
-                self._facts[host][fact] = value
+            planned = roles.plan(step.role, scope, step.part)
+            self._facts[host].update({f: planned[f] for f in step.facts if f in planned})
         except (AnsibleError, AcceldeployError) as exc:
             self._fail(host, [_message(exc)])
 
@@ -261,14 +230,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         fleet (the serving hosts of the run), then each host's part."""
         if not ok:
             return
-        infos = [self._facts[h]["model_weights_info"] for h in ok]
-        scope = {**self._scope(ok[0], "model_weights"), "preflight_infos": infos,
-                 "preflight_ok": ok, "preflight_all": serving}  # fmt: skip
+        infos = {h: self._facts[h]["model_weights_info"] for h in ok}
         try:
-            fanout = ("preflight_infos | acceldeploy.fleet.model_weights_fanout(preflight_ok,"
-                      " preflight_all, groups['all'])")  # fmt: skip
-            jobs = plain(self._templar_for(scope).template(_expression(fanout)))
-        except (AnsibleError, AcceldeployError) as exc:
+            jobs = model_weights.fanout(
+                infos, serving, [str(h) for h in self._groups.get("all") or ()]
+            )
+        except AcceldeployError as exc:
             for host in ok:
                 self._fail(host, [_message(exc)])
             return
@@ -278,11 +245,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def _group_errors(self, ok: list[str]) -> list[str]:
         """The nodes of every multi-node service agree (platform, stack, model, layout)."""
-        views = {h: self._facts[h].get("vllm_service_node_view") for h in ok}
-        keys = {h: (self._facts[h].get("python_env_spec") or {}).get("key") for h in ok}
-        scope = {**self._run, "preflight_views": views, "preflight_keys": keys}
+        views = {h: dict(self._facts[h].get("vllm_service_node_view") or {}) for h in ok}
+        keys = {h: str((self._facts[h].get("python_env_spec") or {}).get("key")) for h in ok}
         try:
-            check = "preflight_views | acceldeploy.fleet.acceldeploy_group_errors(preflight_keys)"
-            return list(self._templar_for(scope).template(_expression(check)))
-        except (AnsibleError, AcceldeployError) as exc:
+            return hostplan.group_errors(views, keys)
+        except AcceldeployError as exc:
             return [_message(exc)]

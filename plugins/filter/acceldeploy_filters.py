@@ -4,14 +4,10 @@ one host plan shared by preflight, the roles, verify and `plan.py render`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import acceldeploy
-from acceldeploy import secrets
-from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import groups, varcheck
+from acceldeploy.inventory import groups
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.platforms import for_name
 from acceldeploy.runtimes import stacklock
@@ -24,43 +20,11 @@ from acceldeploy.state import drift
 REPO = Path(__file__).resolve().parents[2]
 
 
-def acceldeploy_plan_var_names(_: Any = None) -> list[str]:
-    """Every variable the host plan reads (gather them with query('ansible.builtin.vars'))."""
-    return list(hostplan.PLAN_VARS)
-
-
-def acceldeploy_host_units(plan_vars: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """{variable: value} of one host -> every service's unit (argv, env, directives, launcher,
-    paths, argcheck, URLs). Bad input fails naming the variable, before anything is written."""
-    values = {k: v for k, v in plain(dict(plan_vars)).items() if v is not None}
-    return [unit.to_dict() for unit in hostplan.plan_host(values)]
-
-
-def acceldeploy_node_ips(services: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
-    """acceldeploy_services | acceldeploy_node_ips(hostvars): {node: address} of every host
-    its multi-node services name (acceldeploy_node_ip, else ansible_host)."""
-    nodes = hostplan.service_nodes(plain(services))
-    return hostplan.node_ips(nodes, {n: hostvars[n] for n in nodes if n in hostvars})
-
-
 def acceldeploy_host_addresses(hosts: list[str], hostvars: Mapping[str, Any]) -> list[str]:
     """groups['gateways'] | acceldeploy_host_addresses(hostvars): each host's address as
     the other hosts reach it (acceldeploy_node_ip, else ansible_host)."""
     named = [str(h) for h in hosts]
     return list(hostplan.node_ips(named, {n: hostvars[n] for n in named if n in hostvars}).values())
-
-
-def acceldeploy_node_view(plan_vars: Mapping[str, Any]) -> dict[str, Any]:
-    """The host's multi-node services as plain data, for acceldeploy_group_errors."""
-    values = {k: v for k, v in plain(dict(plan_vars)).items() if v is not None}
-    return hostplan.node_view(values)
-
-
-def acceldeploy_group_errors(views: Mapping[str, Any], pins: Mapping[str, Any]) -> list[str]:
-    """{host: node view} | acceldeploy_group_errors({host: python_env key}): every way the
-    nodes of a multi-node service disagree, each naming the variable."""
-    keys = {host: str(key) for host, key in plain(dict(pins)).items()}
-    return hostplan.group_errors(plain(dict(views)), keys)
 
 
 def acceldeploy_rollout(
@@ -93,7 +57,7 @@ def _looped(result: Mapping[str, Any]) -> dict[str, Any]:
 
 def acceldeploy_gate_pings(results: Any, hostvars: Any, result_var: str) -> list[dict[str, Any]]:
     """The gate's local results | acceldeploy_gate_pings(hostvars, their variable): for each
-    Ascend gate that ran here, {gate, peer_npus: {peer: {NPU index: address}}}, the addresses
+    Ascend check that ran here, {gate, peer_npus: {peer: {NPU index: address}}}, the addresses
     read from the peers' results of the same service."""
     peer_results = {
         node: _results(hostvars, node, result_var)
@@ -143,25 +107,6 @@ def _results(hostvars: Any, node: str, var: str) -> list[dict[str, Any]]:
 def _service_of(result: Mapping[str, Any]) -> str:
     item = _looped(result)
     return str(item.get("service") or (item.get("gate") or {}).get("service") or "")
-
-
-def acceldeploy_unknown_variables(names: list[str]) -> list[str]:
-    """Variable names -> a message for each of ours that no role declares (closest name)."""
-    return varcheck.unknown_variables(REPO / "roles", names)
-
-
-def acceldeploy_type_errors(values: Mapping[str, Any]) -> list[str]:
-    """{variable: value} -> a message for each value that does not fit its argument spec or
-    holds credentials in a URL; a credential's value is masked in every message."""
-    given = plain(dict(values))
-    secrets.remember(*(str(v) for k, v in given.items() if secrets.is_credential_name(k) and v))
-    errors = varcheck.type_errors(REPO / "roles", given) + secrets.url_credential_errors(given)
-    return [secrets.mask(message) for message in errors]
-
-
-def acceldeploy_variable_pattern(_: Any = None) -> str:
-    """The regex of our variable names, for query('ansible.builtin.varnames', ...)."""
-    return "^(" + "|".join(varcheck.PREFIXES) + ")"
 
 
 def acceldeploy_serving_pattern(
@@ -214,19 +159,6 @@ def acceldeploy_target(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]
     return stacklock.check(str(stdout), plain(dict(inputs)))
 
 
-@cache
-def _code_digest() -> str:
-    if not (REPO / "roles").is_dir():  # a digest of nothing would never change
-        raise AcceldeployError(f"no roles/ in {REPO}: acceldeploy's code digest needs them")
-    return drift.code_digest(str(REPO), str(Path(acceldeploy.__file__).parent))
-
-
-def acceldeploy_state_key(inputs: Any) -> str:
-    """A role's inputs -> the key its no-op record is kept under (drift.py): another input,
-    or another acceldeploy, and the role runs in full once."""
-    return drift.state_key(plain(inputs), _code_digest())
-
-
 def acceldeploy_whole_run(run_tags: Any, skip_tags: Any, check_mode: Any) -> bool:
     """ansible_run_tags | acceldeploy_whole_run(ansible_skip_tags, ansible_check_mode): whether
     this run may record its converge for the no-op path."""
@@ -255,27 +187,18 @@ def acceldeploy_verify_stack_args(hostvars: Any, hosts: Any) -> list[str]:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
-            acceldeploy_plan_var_names,
             acceldeploy_runtime_role,
-            acceldeploy_host_units,
-            acceldeploy_node_ips,
             acceldeploy_host_addresses,
-            acceldeploy_node_view,
-            acceldeploy_group_errors,
             acceldeploy_rollout,
             acceldeploy_gates_for_run,
             acceldeploy_gate_pings,
             acceldeploy_gate_refused,
-            acceldeploy_unknown_variables,
-            acceldeploy_type_errors,
-            acceldeploy_variable_pattern,
             acceldeploy_serving_pattern,
             acceldeploy_run_pattern,
             acceldeploy_serves,
             acceldeploy_serving_hosts,
             acceldeploy_target_probe,
             acceldeploy_target,
-            acceldeploy_state_key,
             acceldeploy_whole_run,
             acceldeploy_verify_follows,
             acceldeploy_verify_stack_args,

@@ -7,45 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceldeploy.gateway import certificate, plan
-from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.inventory.ansible_adapter import filters
+from acceldeploy.roles import gateway
 
 
-def _serving(
-    services: Mapping[str, Any], platforms: Mapping[str, Any], addresses: Mapping[str, Any]
-) -> dict[str, dict[str, Any]]:
-    return {
-        str(host): plan.serving_view(
-            str(host), plain(value), platforms.get(host), addresses.get(host)
-        )
-        for host, value in services.items()
-    }
-
-
-def gateway_plan(
-    frontends: Any,
-    services: Mapping[str, Any],
-    platforms: Mapping[str, Any],
-    addresses: Mapping[str, Any],
-    gateways: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    gateway_services: Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """gateway_frontends | gateway_plan({host: acceldeploy_services}, {host: platform},
-    {host: address}, {gateway: address}, {bind, client_keys, allow_unauthenticated,
-    stats_port, tls_certificate}[, {gateway: acceldeploy_services}]): the frontends and their
-    servers, as the template prints them."""
-    view = _serving(services, platforms, addresses)
-    chosen = plan.Settings(**plain(dict(settings)))
-    reach = {str(k): str(v) for k, v in gateways.items()}
-    own = {str(k): plain(v) for k, v in (gateway_services or {}).items()}
-    return [f.to_dict() for f in plan.plan(plain(frontends), view, reach, chosen, own)]
-
-
-def gateway_backend_keys(
-    services: Mapping[str, Any], platforms: Mapping[str, Any], addresses: Mapping[str, Any]
-) -> dict[str, str]:
-    """{service: api key} of the models whose services want one (the keys map)."""
-    return plan.backend_keys(_serving(services, platforms, addresses))
+def gateway_backend_keys(hosts: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
+    """gateway_serving_hosts | gateway_backend_keys(hostvars): {service: api key} of the models
+    whose services want one (the keys map)."""
+    return plan.backend_keys(gateway.serving([str(h) for h in hosts], hostvars))
 
 
 def gateway_certificate_probe(path: str) -> str:
@@ -61,6 +30,6 @@ def gateway_certificate_errors(stdout: str, path: str, host: str) -> list[str]:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
-            gateway_plan, gateway_backend_keys, gateway_certificate_probe,
+            gateway_backend_keys, gateway_certificate_probe,
             gateway_certificate_errors,
         )  # fmt: skip

@@ -13,11 +13,6 @@ from acceldeploy import hosttuning
 from acceldeploy.inventory.ansible_adapter import filters
 
 
-def host_tuning_settings(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """host_tuning_inputs | host_tuning_settings: every variable checked, no host needed."""
-    return hosttuning.settings(inputs).to_dict()
-
-
 def host_tuning_plan(
     probe: Mapping[str, Any], inputs: Mapping[str, Any], facts: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -59,10 +54,6 @@ def host_tuning_summary(
     return hosttuning.summary(plan, outcome, probe_after, reboot)
 
 
-def host_tuning_state_spec(plan: Mapping[str, Any]) -> dict[str, list[str]]:
-    return hosttuning.state_spec(plan)
-
-
 def host_tuning_steady_outcome(
     outcome: Mapping[str, Any], reboot: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -72,7 +63,6 @@ def host_tuning_steady_outcome(
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
-            host_tuning_settings,
             host_tuning_plan,
             host_tuning_reboot_reasons,
             host_tuning_cmdline_check,
@@ -80,6 +70,5 @@ class FilterModule:
             host_tuning_redfish_changes,
             host_tuning_redfish_settings_url,
             host_tuning_summary,
-            host_tuning_state_spec,
             host_tuning_steady_outcome,
         )

@@ -11,23 +11,8 @@ from typing import Any
 from acceldeploy.data_files import VERSIONS_DIR
 from acceldeploy.downloads import weights
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory.ansible_adapter import filters
-
-
-def model_weights_specs(services: Any, require_revision: bool = True) -> list[dict[str, Any]]:
-    """The models of one host's acceldeploy_services; bad input fails naming the variable."""
-    return [s.to_dict() for s in weights.model_specs(services, bool(require_revision))]
-
-
-def model_weights_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
-    settings = weights.Settings.check(raw)
-    return {
-        "strategy": settings.strategy,
-        "seed_host": settings.seed_host,
-        "shared_storage": settings.shared_storage,
-        "root": settings.root,
-        "verify": settings.verify,
-    }
+from acceldeploy.inventory.ansible_adapter import filters, plain
+from acceldeploy.roles import model_weights
 
 
 def model_weights_fanout(
@@ -36,19 +21,11 @@ def model_weights_fanout(
     all_hosts: Sequence[str] | None = None,
     inventory_hosts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Per host of the play: hub / pull / verify / serve model lists and its seed.
-    `all_hosts` (ansible_play_hosts_all): a seed among them that an earlier check refused is
-    not this host's error; the run stops at preflight's summary, naming it.
-    `inventory_hosts` (groups['all']): a seed among them that --limit left out of the run."""
-    try:
-        hosts = dict(zip(play_hosts, infos, strict=True))
-        refused = [h for h in all_hosts or () if h not in hosts]
-        everyone = set(all_hosts or ())
-        limited_out = [h for h in inventory_hosts or () if h not in everyone]
-        plan: dict[str, Any] = weights.fanout(hosts, list(play_hosts), refused, limited_out)
-    except (KeyError, ValueError) as exc:
-        raise AcceldeployError(f"model_weights_fanout: {exc}") from None
-    return plan
+    """[each play host's model_weights_info] | model_weights_fanout(ansible_play_hosts,
+    ansible_play_hosts_all, groups['all']): the fleet's fan-out (roles/model_weights.fanout)."""
+    hosts = dict(zip([str(h) for h in play_hosts], plain(list(infos)), strict=True))
+    return model_weights.fanout(hosts, [str(h) for h in all_hosts or ()],
+                                [str(h) for h in inventory_hosts or ()])  # fmt: skip
 
 
 def model_weights_listings(plan_result: Mapping[str, Any]) -> dict[str, Any]:
@@ -82,10 +59,6 @@ def model_weights_missing_wheel_sets(
     return [dict(s) for s in wheel_sets if not os.path.isdir(f"{cache}/{s['key']}-{lock_sha1}")]
 
 
-def model_weights_state_spec(job: Mapping[str, Any], root: str, venv: str) -> dict[str, Any]:
-    return weights.state_spec(job, str(root), str(venv))
-
-
 def model_weights_any_drift(states: Sequence[Mapping[str, Any]]) -> bool:
     return weights.any_drift(list(states))
 
@@ -99,14 +72,11 @@ def model_weights_summary_lines(
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
-            model_weights_specs,
-            model_weights_settings,
             model_weights_fanout,
             model_weights_listings,
             model_weights_versions_file,
             model_weights_download_argv,
             model_weights_missing_wheel_sets,
-            model_weights_state_spec,
             model_weights_any_drift,
             model_weights_summary_lines,
         )

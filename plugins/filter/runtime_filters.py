@@ -10,31 +10,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy import runtimes
-from acceldeploy.downloads import wheelcache, wheelhouse
+from acceldeploy.downloads import wheelcache
 from acceldeploy.inventory.ansible_adapter import filters, plain
-from acceldeploy.planner import stacks
 from acceldeploy.runtimes import envfanout
-
-
-def runtime_stack(platform: str, stacks_file: str = "", chosen: str = "") -> dict[str, Any]:
-    """platform | runtime_stack(file, acceldeploy_stack): the host's stack from
-    versions/stacks.yml (the platform's default when none is chosen)."""
-    return stacks.host_stack(str(platform), str(chosen or ""), stacks_file or None)
 
 
 def runtime_service_devices(services: Sequence[Mapping[str, Any]] | None) -> list[int]:
     """acceldeploy_services | runtime_service_devices: every device id the services use."""
     return runtimes.service_devices(plain(list(services or [])))
-
-
-def ascend_runtime_options(inputs: Mapping[str, Any], stack: Mapping[str, Any]) -> dict[str, Any]:
-    """inputs | ascend_runtime_options(stack): checked before any host is touched"""
-    return runtimes.ascend_options(plain(inputs), plain(stack))
-
-
-def gaudi_runtime_options(inputs: Mapping[str, Any], stack: Mapping[str, Any]) -> dict[str, Any]:
-    """inputs | gaudi_runtime_options(stack): checked before any host is touched"""
-    return runtimes.gaudi_options(plain(inputs), plain(stack))
 
 
 def gaudi_runtime_hccl_argv(stack: Mapping[str, Any], options: Mapping[str, Any]) -> list[str]:
@@ -49,18 +32,18 @@ def gaudi_runtime_daemon_json(text: str, name: str = "habana", path: str = "") -
     )
 
 
-def ascend_runtime_gate(
+def ascend_runtime_check(
     probe: Mapping[str, Any], stack: Mapping[str, Any], options: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """probe | ascend_runtime_gate(stack, options): the verdict, what was found, the plan."""
-    return runtimes.ascend_gate(plain(probe), plain(stack), plain(options))
+    """probe | ascend_runtime_check(stack, options): the verdict, what was found, the plan."""
+    return runtimes.ascend_check(plain(probe), plain(stack), plain(options))
 
 
-def gaudi_runtime_gate(
+def gaudi_runtime_check(
     probe: Mapping[str, Any], stack: Mapping[str, Any], options: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """probe | gaudi_runtime_gate(stack, options)"""
-    return runtimes.gaudi_gate(plain(probe), plain(stack), plain(options))
+    """probe | gaudi_runtime_check(stack, options)"""
+    return runtimes.gaudi_check(plain(probe), plain(stack), plain(options))
 
 
 def ascend_runtime_fact(gate: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,13 +63,6 @@ def gaudi_runtime_hccl(output: str) -> dict[str, Any]:
     return runtimes.parse_hccl_demo(str(output))
 
 
-def python_env_plan(options: Mapping[str, Any]) -> dict[str, Any]:
-    """python_env_inputs | python_env_plan: commands, pins and the rebuild key; the
-    controller's cache ($ACCELDEPLOY_CACHE) is this controller's (wheelhouse.cache_dir)."""
-    given = plain(options)
-    return runtimes.python_env_plan({"controller_cache": str(wheelhouse.cache_dir()), **given})
-
-
 def python_env_verify(
     plan: Mapping[str, Any], pip_list: str, vllm_output: str = ""
 ) -> dict[str, Any]:
@@ -97,11 +73,6 @@ def python_env_verify(
 def python_env_fact(plan: Mapping[str, Any], vllm_output: str = "") -> dict[str, Any]:
     """plan | python_env_fact(import vllm output): the local fact for the launcher"""
     return runtimes.python_env_fact(plain(plan), str(vllm_output or ""))
-
-
-def python_env_state_spec(plan: Mapping[str, Any], fact_file: str) -> dict[str, list[str]]:
-    """python_env_spec | python_env_state_spec(python_env_fact_file): what the no-op path watches"""
-    return runtimes.python_env_state_spec(plain(plan), str(fact_file))
 
 
 def python_env_wheelhouse_only(platform: str) -> bool:
@@ -165,21 +136,16 @@ def python_env_fanout_plan(
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
-            runtime_stack,
             runtime_service_devices,
-            ascend_runtime_options,
-            ascend_runtime_gate,
-            gaudi_runtime_options,
+            ascend_runtime_check,
             gaudi_runtime_hccl_argv,
             gaudi_runtime_daemon_json,
-            gaudi_runtime_gate,
+            gaudi_runtime_check,
             gaudi_runtime_hccl,
             ascend_runtime_fact,
             gaudi_runtime_fact,
-            python_env_plan,
             python_env_verify,
             python_env_fact,
-            python_env_state_spec,
             python_env_record_key,
             python_env_wheelhouse_only,
             python_env_wheel_fetch_argv,

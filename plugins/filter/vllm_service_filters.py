@@ -1,5 +1,5 @@
 """Ansible adapter for roles/vllm_service: secrets and topology (the units themselves come
-from acceldeploy_host_units, the host plan)."""
+from the role's contract, tools/acceldeploy/roles/vllm_service.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from acceldeploy.downloads import weights
-from acceldeploy.gateway import plan as gateway_plan
+from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.ansible_adapter import plain
+from acceldeploy.roles import vllm_service
 from acceldeploy.serving import crash
 from acceldeploy.serving.layout import UnitLayout
 from acceldeploy.state import prune, switch
@@ -21,13 +22,10 @@ from acceldeploy.state import prune, switch
 
 def vllm_service_secret_env(services: list[dict[str, Any]], name: str) -> str:
     """The 0600 EnvironmentFile of a service: VLLM_API_KEY=<its api_key> (use under no_log)."""
-    for service in services:
-        if service.get("name") == name and service.get("api_key"):
-            key = str(service["api_key"])
-            if "\n" in key:
-                raise AnsibleFilterError(f"service {name}: api_key cannot contain a newline")
-            return f"VLLM_API_KEY={key}\n"
-    return ""
+    try:
+        return vllm_service.secret_env(plain(services), str(name))
+    except AcceldeployError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def vllm_service_auth_header(services: list[dict[str, Any]], name: str) -> dict[str, str]:
@@ -71,26 +69,6 @@ def vllm_service_argcheck_passed(
         if digest == vllm_service_argcheck_digest(unit["argcheck"], env_key):
             passed.append(str(unit["name"]))
     return passed
-
-
-def vllm_service_secrets_digest(services: list[dict[str, Any]], names: list[str]) -> str:
-    """sha256 of the named services' secrets files: part of the no-op path's key without the
-    key itself appearing anywhere."""
-    text = json.dumps([vllm_service_secret_env(services, name) for name in names])
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def vllm_service_state_spec(
-    units: list[dict[str, Any]], helpers: list[str], dirs: dict[str, str]
-) -> dict[str, list[str]]:
-    """What the no-op path compares with the last converge (tools/acceldeploy/state/drift.py): every
-    file the role writes (units, launchers, secrets, helpers, the rollback point), the service
-    user's entries, and each unit's state (active, enabled)."""
-    layout = UnitLayout(dirs["launcher"], dirs["secret"], dirs["last_good"])
-    files = [layout.helper(helper) for helper in helpers] + ["/etc/passwd", "/etc/group"]
-    for unit in units:
-        files += layout.files(str(unit["name"]), argcheck=bool(unit.get("argcheck")))
-    return {"files": [str(f) for f in files], "units": [f"{u['name']}.service" for u in units]}
 
 
 def vllm_service_rollback_files(restored: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -212,17 +190,6 @@ def switched_back_line(others: list[Any]) -> str:
     return "Rolled back too (acceldeploy_rollback_all): " + "; ".join(parts) + "."
 
 
-def vllm_service_gateway_targets(
-    frontends: dict[str, Any], sockets: dict[str, Any], host: str, services: list[str]
-) -> list[dict[str, str]]:
-    """{gateway: its gateway_frontends} | vllm_service_gateway_targets({gateway: its
-    gateway_stats_socket or ''}, host, services): where the rollout drains each service
-    before its restart and readies it after its gate."""
-    views = {str(g): {"frontends": plain(f), "socket": str(sockets.get(g) or "")}
-             for g, f in frontends.items()}  # fmt: skip
-    return gateway_plan.targets(views, str(host), [str(s) for s in services])
-
-
 def vllm_service_failure_report(
     host: str,
     failure: dict[str, Any],
@@ -288,12 +255,9 @@ class FilterModule:
             "vllm_service_auth_header": vllm_service_auth_header,
             "vllm_service_argcheck_digest": vllm_service_argcheck_digest,
             "vllm_service_argcheck_passed": vllm_service_argcheck_passed,
-            "vllm_service_secrets_digest": vllm_service_secrets_digest,
-            "vllm_service_state_spec": vllm_service_state_spec,
             "vllm_service_rollback_files": vllm_service_rollback_files,
             "vllm_service_failure_report": vllm_service_failure_report,
             "vllm_service_group_peers": vllm_service_group_peers,
-            "vllm_service_gateway_targets": vllm_service_gateway_targets,
             "vllm_service_model_prune_spec": vllm_service_model_prune_spec,
             "vllm_service_set_files": vllm_service_set_files,
             "vllm_service_switch_lines": vllm_service_switch_lines,

@@ -10,7 +10,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: acceldeploy_probe
-short_description: Read what a runtime gate depends on, change nothing
+short_description: Read what a runtime check depends on, change nothing
 description:
   - Reads files (exact paths or the first match of glob patterns), runs read-only commands
     (the binary is looked up on PATH and in I(search_dirs)), stats paths (globs allowed) and

@@ -53,6 +53,13 @@ options:
     description: What the role wants back on a no-op run (a summary, a decision).
     type: dict
     default: {}
+  role:
+    description:
+      - The role whose contract (tools/acceldeploy/roles/) gives I(key) and, with
+        C(state=record), I(files), I(trees) and I(units). The collection's action plugin of the
+        same name fills them on the controller; the module ignores it.
+    type: str
+    default: ""
 author:
   - acceldeploy
 """
@@ -61,7 +68,7 @@ EXAMPLES = r"""
 - name: Anything changed since the last converge?
   acceldeploy.fleet.acceldeploy_state:
     path: /var/lib/acceldeploy/state/host_tuning.json
-    key: "{{ host_tuning_inputs | acceldeploy.fleet.acceldeploy_state_key }}"
+    role: host_tuning
   register: host_tuning_state
 """
 
@@ -99,6 +106,7 @@ def main() -> None:
             "trees": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
             "data": {"type": "dict", "default": {}},
+            "role": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )

@@ -212,7 +212,7 @@ def test_ascend_check_diff_gate_and_exact_conda_commands(ascend: dict[str, Any])
     fits, mismatched = ascend["fits"], ascend["mismatched"]
     run = run_playbook(PLAYBOOK, ascend["inventory"], check=True, diff=True)
     assert run.failed(fits) == 0, run.output
-    gate = run.results("Gate | Driver, firmware and CANN fit the pinned stack")
+    gate = run.results("Check | Driver, firmware and CANN fit the pinned stack")
     assert (
         "CANN 8.3.RC2, driver 24.1.rc3, firmware 7.5.0.1.129 fit vllm-ascend v0.12.0rc1"
         in " ".join(str(gate[fits]["msg"]).split())
@@ -322,7 +322,7 @@ def test_ascend_in_the_release_image_loads_it_once_and_reads_no_host_cann(
     first = run_playbook(PLAYBOOK, inventory, extra, limit=host)
     assert first.ok, first.output
     assert first.changed(host) >= 2  # docker load, the facts
-    found = first.results("Gate | What was found")[host]["msg"]
+    found = first.results("Check | What was found")[host]["msg"]
     assert found["cann"] == "absent"  # the host's 8.2.RC1 is not read
     shown = first.results("Container | How the services will start it")[host]["msg"]
     assert shown.endswith(image) and "--shm-size=1g" in shown
@@ -415,7 +415,7 @@ def test_gaudi_check_diff_gate_and_container_invocation(gaudi: dict[str, Any]) -
     fits, mismatched = gaudi["fits"], gaudi["mismatched"]
     run = run_playbook(PLAYBOOK, gaudi["inventory"], check=True, diff=True)
     assert run.failed(fits) == 0, run.output
-    found = run.results("Gate | What was found")[fits]["msg"]
+    found = run.results("Check | What was found")[fits]["msg"]
     assert found["driver"] == "1.22.1" and found["image"]["source"] == "tarball"
     assert {m["module_id"]: m["numa"] for m in found["modules"]} == {
         2: 0,

@@ -1,5 +1,5 @@
 """Ascend in vllm-ascend's release image (python_env_manager: container): the per-host choice,
-the rendered unit and argv, the python_env record, the runtime gate that reads Docker and the
+the rendered unit and argv, the python_env record, the runtime check that reads Docker and the
 image instead of the host's CANN. No NPU or image exists here: the unit is checked by
 systemd-analyze verify and the argv by the recorded `vllm serve` options of the image's vLLM."""
 
@@ -138,7 +138,7 @@ def test_the_gate_reads_docker_and_the_image_not_the_hosts_cann() -> None:
     assert set(options["image_probe"]) == {"docker_version", "image_inspect"}
     no_cann = ascend_probe(cann=None)
     no_cann["paths"] = {p: e for p, e in no_cann["paths"].items() if not p.endswith(".sh")}
-    verdict = ascend.ascend_gate(with_docker(no_cann), stacks.stack("ascend"), options)
+    verdict = ascend.ascend_check(with_docker(no_cann), stacks.stack("ascend"), options)
     assert verdict["ok"], verdict["errors"]
     assert verdict["install"] == [] and verdict["env_scripts"] == []
     assert verdict["image"]["source"] == "tarball"
@@ -148,7 +148,7 @@ def test_the_gate_reads_docker_and_the_image_not_the_hosts_cann() -> None:
     fact = ascend.ascend_fact(verdict)
     assert fact["image"] == IMAGE and "cann" in fact
     # the conda host's record has no image keys: it is unchanged
-    conda = ascend.ascend_gate(ascend_probe(), stacks.stack("ascend"),
+    conda = ascend.ascend_check(ascend_probe(), stacks.stack("ascend"),
                                ascend.ascend_options(OPTIONS, stacks.stack("ascend")))  # fmt: skip
     assert "image" not in ascend.ascend_fact(conda)
 
@@ -156,18 +156,20 @@ def test_the_gate_reads_docker_and_the_image_not_the_hosts_cann() -> None:
 def test_the_gate_still_judges_the_driver_against_the_images_cann() -> None:
     stack = {**stacks.stack("ascend"), "cann_compatible_drivers": ["V100R001C21", "V100R001C23"]}
     options = {**container_options(), "check_firmware": False}
-    verdict = ascend.ascend_gate(with_docker(ascend_probe(cann=None), 0), stack, options)
+    verdict = ascend.ascend_check(with_docker(ascend_probe(cann=None), 0), stack, options)
     assert "driver 24.1.rc3 (V100R001C19) is not one CANN 8.3.RC2 supports" in verdict["message"]
 
 
 def test_the_gate_refuses_without_docker_or_a_source_for_the_image() -> None:
     probe = ascend_probe(cann=None)
-    verdict = ascend.ascend_gate(probe, stacks.stack("ascend"), container_options())
+    verdict = ascend.ascend_check(probe, stacks.stack("ascend"), container_options())
     assert any(e.startswith("docker not found") for e in verdict["errors"]), verdict["errors"]
-    verdict = ascend.ascend_gate(with_docker(probe), stacks.stack("ascend"), container_options())
+    verdict = ascend.ascend_check(with_docker(probe), stacks.stack("ascend"), container_options())
     (error,) = verdict["errors"]
     assert "ascend_runtime_image_tarball" in error and "ascend_runtime_image_registry" in error
-    present = ascend.ascend_gate(with_docker(probe, 0), stacks.stack("ascend"), container_options())
+    present = ascend.ascend_check(
+        with_docker(probe, 0), stacks.stack("ascend"), container_options()
+    )
     assert present["ok"] and present["image"]["source"] == "present"
     assert present["image"]["commands"] == [] and present["detected"]["image_id"] == "sha256:abc"
 
@@ -178,7 +180,7 @@ def test_an_image_from_an_internal_url_is_downloaded_once_and_checked() -> None:
         image_tarball_checksum="ab" * 32,
         download_dir="/var/cache/acceldeploy/ascend",
     )
-    verdict = ascend.ascend_gate(with_docker(ascend_probe(cann=None)), stacks.stack("ascend"),
+    verdict = ascend.ascend_check(with_docker(ascend_probe(cann=None)), stacks.stack("ascend"),
                                  options)  # fmt: skip
     assert verdict["image"]["download"] == {
         "url": "http://mirror.rack/images/vllm-ascend.tar?sig=1",

@@ -159,19 +159,25 @@ def test_a_playbook_outside_the_repository_resolves_the_roles_by_fqcn(built) -> 
 
 def test_an_installed_collections_modules_and_filters_run_without_the_checkout(built) -> None:
     """No module_utils setting: acceldeploy_state finds drift.py in the collection's own
-    plugins/module_utils; a filter keys the no-op record with the installed collection."""
+    plugins/module_utils; a role's contract keys the no-op record with the installed
+    collection (its action plugin, on the controller)."""
     outside, env = built["outside"], built["env"]
     record = outside / "state" / "role.json"
+    keyed = outside / "state" / "python_env.json"
     tasks = [
         {"name": "Record", "acceldeploy.fleet.acceldeploy_state": {
             "path": str(record), "state": "record", "key": "k",
             "files": [str(outside / "ansible.cfg")]}},
         {"name": "Check", "acceldeploy.fleet.acceldeploy_state": {"path": str(record), "key": "k"},
          "register": "checked"},
-        {"name": "Key", "ansible.builtin.debug": {
-            "msg": "{{ {'a': 1} | acceldeploy.fleet.acceldeploy_state_key }}"}},
+        {"name": "Record by contract", "acceldeploy.fleet.acceldeploy_state": {
+            "path": str(keyed), "state": "record", "role": "python_env"}},
+        {"name": "Check by contract", "acceldeploy.fleet.acceldeploy_state": {
+            "path": str(keyed), "role": "python_env"}},
     ]  # fmt: skip
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]
+    contract_vars = {"python_env_spec": {"manager": "container", "key": "k"},
+                     "python_env_fact_file": "/f", "python_env_verify_import": True}  # fmt: skip
+    play = [{"hosts": "localhost", "gather_facts": False, "vars": contract_vars, "tasks": tasks}]
     (outside / "modules.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     done = run(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
@@ -187,4 +193,5 @@ def test_an_installed_collections_modules_and_filters_run_without_the_checkout(b
     }
     assert results["Check"]["drift"] == [], results["Check"]
     assert json.loads(record.read_text())["key"] == "k"
-    assert len(str(results["Key"]["msg"])) == 64
+    assert results["Check by contract"]["drift"] == [], results["Check by contract"]
+    assert len(json.loads(keyed.read_text())["key"]) == 64

@@ -61,9 +61,9 @@ def test_a_platform_s_behaviour_is_its_class() -> None:
         assert get_platform(name).behaviour is for_name(name)
 
 
-def test_every_runtime_role_is_a_role_with_a_version_gate() -> None:
+def test_every_runtime_role_is_a_role_with_a_version_check() -> None:
     roles = {p.runtime_role for p in PLATFORMS if p.runtime_role}
-    assert roles == {"ascend_runtime", "gaudi_runtime"} == set(stacklock.VERSION_GATES)
+    assert roles == {"ascend_runtime", "gaudi_runtime"} == set(stacklock.VERSION_CHECKS)
     assert all((ROOT / "roles" / role).is_dir() for role in roles)
     assert CpuPlatform.runtime_role is None
 

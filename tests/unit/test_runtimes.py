@@ -155,7 +155,7 @@ def test_npu_smi_310p_two_chips_per_npu_and_a_critical_one() -> None:
     assert [c.device for c in info.chips if c.health != "OK"] == [4]
 
 
-# ---------------------------------------------------------------------------- Ascend gate
+# ---------------------------------------------------------------------------- Ascend check
 
 
 def ascend_probe(
@@ -198,7 +198,7 @@ OPTIONS: dict[str, Any] = {
 
 
 def gate(probe: dict[str, Any], **options: Any) -> dict[str, Any]:
-    return ascend.ascend_gate(probe, stacks.stack("ascend"), {**OPTIONS, **options})
+    return ascend.ascend_check(probe, stacks.stack("ascend"), {**OPTIONS, **options})
 
 
 def test_ascend_gate_passes_on_the_pinned_cann() -> None:
@@ -242,7 +242,7 @@ def test_ascend_gate_firmware_outside_the_driver_range() -> None:
 def test_ascend_gate_driver_the_pinned_cann_does_not_list() -> None:
     stack = {**stacks.stack("ascend"), "cann_compatible_drivers": ["V100R001C21", "V100R001C23"]}
     probe = ascend_probe(cann=None)
-    verdict = ascend.ascend_gate(probe, stack, {**OPTIONS, "check_firmware": False})
+    verdict = ascend.ascend_check(probe, stack, {**OPTIONS, "check_firmware": False})
     assert "driver 24.1.rc3 (V100R001C19) is not one CANN 8.3.RC2 supports" in verdict["message"]
 
 
@@ -380,7 +380,7 @@ def gaudi_probe(
 
 def gaudi_verdict(probe: dict[str, Any], **inputs: Any) -> dict[str, Any]:
     stack = stacks.stack("gaudi")
-    return gaudi.gaudi_gate(probe, stack, gaudi.gaudi_options(inputs, stack))
+    return gaudi.gaudi_check(probe, stack, gaudi.gaudi_options(inputs, stack))
 
 
 def test_gaudi_gate_passes_with_a_1_22_driver() -> None:

@@ -1,6 +1,6 @@
 """The stack lock at preflight's first contact (acceldeploy.runtimes.stacklock): the Ascend
 driver, firmware and CANN, or the habanalabs driver hl-smi reports, judged against the host's
-stack by the runtime gates' own checks, before any host changes.
+stack by the runtime checks' own checks, before any host changes.
 
 Every version file and tool output here is a recorded real one (tests/data/recorded and
 tests/lab/fixtures/recorded; line 1 of each names its public source and is dropped, as the
@@ -228,14 +228,14 @@ def test_firmware_outside_the_drivers_range_and_absent_firmware() -> None:
     assert lock(ascend_stdout(firmware=None), ascend_inputs(check_firmware=False))["errors"] == []
 
 
-def test_the_lock_agrees_with_the_runtime_gate() -> None:
+def test_the_lock_agrees_with_the_runtime_check() -> None:
     """First contact runs the gate's own version checks: each of its refusals is the gate's."""
     for cann in ("8.2.RC1", "8.5.0", None):
         inputs = ascend_inputs()
         stdout = ascend_stdout(cann=cann, firmware="ascend-firmware-version-info-7.7.0.1.231.txt")
         facts = targets.Facts.parse(stdout)
         runtime = inputs["runtime"]
-        gate = ascend.ascend_gate(facts.probe(), runtime["stack"], runtime["options"])
+        gate = ascend.ascend_check(facts.probe(), runtime["stack"], runtime["options"])
         first = lock(stdout, inputs)["errors"]
         assert first and first == gate["errors"][: len(first)]
 

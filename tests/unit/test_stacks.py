@@ -267,7 +267,7 @@ def test_first_contact_python_against_the_hosts_stack() -> None:
 
 def test_first_contact_cann_and_driver_against_the_hosts_stack() -> None:
     newer = stacks.host_stack("ascend", "ascend-vllm-0.13.0")
-    verdict = ascend.ascend_gate(ascend_probe(cann="8.3.RC2"), newer, dict(OPTIONS))
+    verdict = ascend.ascend_check(ascend_probe(cann="8.3.RC2"), newer, dict(OPTIONS))
     assert not verdict["ok"]
     assert (
         "CANN 8.3.RC2 is installed (/usr/local/Ascend/ascend-toolkit/8.3.RC2/aarch64-linux) but "
@@ -275,7 +275,7 @@ def test_first_contact_cann_and_driver_against_the_hosts_stack() -> None:
         "compatible_cann: 8.5.0)"
     ) in verdict["message"]
     assert "or set acceldeploy_stack to ascend-vllm-0.12.0rc1" in verdict["message"]
-    assert ascend.ascend_gate(ascend_probe(cann="8.3.RC2"), stacks.stack("ascend"), dict(OPTIONS))[
+    assert ascend.ascend_check(ascend_probe(cann="8.3.RC2"), stacks.stack("ascend"), dict(OPTIONS))[
         "ok"
     ]
 
@@ -283,7 +283,7 @@ def test_first_contact_cann_and_driver_against_the_hosts_stack() -> None:
 def test_first_contact_gaudi_driver_against_the_hosts_stack() -> None:
     plugin = stacks.host_stack("gaudi", "gaudi-vllm-0.13.0")
     inputs = {"devices": [0, 1], "image_tarball": "/srv/vllm-gaudi.tar"}
-    verdict = gaudi.gaudi_gate(gaudi_probe(), plugin, gaudi.gaudi_options(inputs, plugin))
+    verdict = gaudi.gaudi_check(gaudi_probe(), plugin, gaudi.gaudi_options(inputs, plugin))
     assert not verdict["ok"]
     assert (
         "habanalabs driver 1.22.1 (hl-smi: Driver Version 1.22.1-97ec1a4) does not match Intel "

@@ -15,6 +15,8 @@ from unit_verify import verify_rendered
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import host_vars
+from acceldeploy.inventory.scope import Scope
+from acceldeploy.roles import vllm_service
 from acceldeploy.serving.hostplan import host_plan, plan_host
 from acceldeploy.serving.layout import UnitLayout
 from acceldeploy.serving.unit import build, render_files
@@ -411,11 +413,6 @@ def test_a_parser_check_is_recorded_for_its_argv_and_env_key() -> None:
 
 
 def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out() -> None:
-    import runpy
-
-    plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
-    )
     units = [
         {
             "name": "qwen3-vl",
@@ -425,8 +422,10 @@ def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out
         },
         {"name": "ray-qwen3-vl", "argcheck": None},
     ]
-    dirs = {"launcher": "/usr/local/libexec/acceldeploy", "secret": "/etc/s", "last_good": "/lg"}
-    spec = plugin["vllm_service_state_spec"](units, ["vllm-ready"], dirs)
+    values = {"vllm_service_units": units, "vllm_service_helpers": ["vllm-ready"],
+              "vllm_service_launcher_dir": "/usr/local/libexec/acceldeploy",
+              "vllm_service_secret_dir": "/etc/s", "vllm_service_last_good_dir": "/lg"}  # fmt: skip
+    spec = vllm_service.footprint(Scope.of_values("lab1", values))
     assert spec["units"] == ["qwen3-vl.service", "ray-qwen3-vl.service"]
     assert set(spec["files"]) == {
         "/usr/local/libexec/acceldeploy/vllm-ready",
@@ -444,7 +443,7 @@ def test_the_no_op_path_watches_every_file_the_role_writes_and_keeps_secrets_out
         "/lg/ray-qwen3-vl.service",
         "/lg/ray-qwen3-vl.launch",
     }
-    digest = plugin["vllm_service_secrets_digest"]
+    digest = vllm_service.secrets_digest
     services = [{"name": "qwen3-vl", "api_key": "sk-secret-1"}]
     one = digest(services, ["qwen3-vl"])
     assert "sk-secret-1" not in one

@@ -255,7 +255,7 @@ def test_read_hosts_blocks_on_what_the_runtime_gate_would_refuse(tmp_path: Path)
     every = hosts_vars(ascend_example(tmp_path))
     found = upgrade.advise_host("npu-01", every["npu-01"], "ascend-vllm-0.13.0",
                                 reader(ascend_stdout(driver=None), []))  # fmt: skip
-    gate = [f for f in found if f.what == "runtime gate"]
+    gate = [f for f in found if f.what == "runtime check"]
     assert gate and all(f.blocking for f in gate)
     assert any("Ascend driver not installed" in f.detail for f in gate), gate
 

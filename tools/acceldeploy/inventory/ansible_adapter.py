@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory.scope import Scope
 
 
 def plain(value: Any) -> Any:
@@ -38,3 +39,16 @@ def guard(func: Callable[..., Any]) -> Callable[..., Any]:
 def filters(*funcs: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
     """A FilterModule's map: each function under its own name, errors as Ansible's."""
     return {f.__name__: guard(f) for f in funcs}
+
+
+def task_scope(host: str, variables: Mapping[str, Any], templar: Any) -> Scope:
+    """The Scope of a task on `host` that sees `variables` (its task_vars), each read templated
+    with Ansible's templar (which the caller has, as it runs inside Ansible)."""
+    from ansible.template import trust_as_template
+
+    def read(name: str) -> Any:
+        if name not in variables:
+            raise KeyError(name)
+        return plain(templar.template(trust_as_template("{{ " + name + " }}")))
+
+    return Scope(host, read, variables.get("hostvars") or {}, variables.get("groups") or {})

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from acceldeploy import secrets
 from acceldeploy.inventory.roledefaults import ROLES
 
 PREFIXES = ("acceldeploy_", *(f"{role}_" for role in ROLES))
@@ -148,3 +149,21 @@ def unknown_variables(roles_dir: Path, names: Iterable[str]) -> list[str]:
         hint = f"; did you mean {close[0]}?" if close else "; remove it"
         messages.append(f"{name} is not a variable of acceldeploy (no role declares it){hint}")
     return messages
+
+
+def ours(names: Iterable[str]) -> list[str]:
+    """The names among `names` that are ours (a role's prefix, or acceldeploy_)."""
+    return [name for name in names if name.startswith(PREFIXES)]
+
+
+def input_errors(roles_dir: Path, values: Mapping[str, Any]) -> list[str]:
+    """{our variable: its value} of one host -> a message for each name no role declares
+    (with the closest one), each value that does not fit its argument spec, and each URL with
+    credentials in it; a credential's value is masked in every message."""
+    secrets.remember(*(str(v) for k, v in values.items() if secrets.is_credential_name(k) and v))
+    errors = (
+        unknown_variables(roles_dir, values)
+        + type_errors(roles_dir, values)
+        + secrets.url_credential_errors(values)
+    )
+    return [secrets.mask(message) for message in errors]

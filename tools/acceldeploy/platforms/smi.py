@@ -2,7 +2,7 @@
 table, ``-Q index,module_id -f csv``, ``topo -c -N``) and hccl_demo (Gaudi).
 
 Tested against recorded real output (tests/data/recorded); used by the platform classes (each
-reads its devices with its own tool), the runtime gates and ``acceldeploy.siteinit``.
+reads its devices with its own tool), the runtime checks and ``acceldeploy.siteinit``.
 """
 
 from __future__ import annotations

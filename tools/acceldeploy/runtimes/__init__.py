@@ -9,15 +9,15 @@ plugins/filter/runtime_filters.py. Templates and tasks only print what comes bac
 - ``versions``: version ordering and the ``key=value`` version files.
 - ``smi``: ``npu-smi info``, ``hl-smi`` (default, ``-Q index,module_id -f csv``,
   ``topo -c -N``) and hccl_demo output (the parsers live in ``acceldeploy.platforms.smi``).
-- ``probe``: the verdict the gates build and reading a role's probe.
-- ``ascend``: driver / firmware / CANN version files, options and ``ascend_gate`` (CANN == the
+- ``probe``: the verdict the runtime checks build and reading a role's probe.
+- ``ascend``: driver / firmware / CANN version files, options and ``ascend_check`` (CANN == the
   pinned vllm-ascend's CANN, driver and firmware compatible, NPUs healthy, device nodes
   present, optional CANN ``.run`` install plan).
-- ``gaudi``: options, hccl_demo, the Docker daemon's runtimes and ``gaudi_gate`` (driver
+- ``gaudi``: options, hccl_demo, the Docker daemon's runtimes and ``gaudi_check`` (driver
   matches the image's Intel Gaudi software, habana runtime registered, module ids, NUMA
   nodes, image present or loadable).
-- ``stacklock``: preflight's first contact runs the gates' version checks (driver, firmware,
-  CANN, habanalabs driver) on what its read-only probe read, before any host changes.
+- ``stacklock``: preflight's first contact runs the runtime checks' version rules (driver,
+  firmware, CANN, habanalabs driver) on what its read-only probe read, before any host changes.
 - ``python_env``: ``env_prefix``, ``python_env_plan`` (the exact commands for venv / conda /
   container, and the key that decides whether the environment is rebuilt) and
   ``python_env_verify``.
@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from acceldeploy.planner.stacks import stack
 from acceldeploy.platforms.smi import parse_hccl_demo, parse_hl_smi, parse_npu_smi_info
-from acceldeploy.runtimes.ascend import ascend_fact, ascend_gate, ascend_options
+from acceldeploy.runtimes.ascend import ascend_check, ascend_fact, ascend_options
 from acceldeploy.runtimes.gaudi import (
     docker_daemon_with_runtime,
+    gaudi_check,
     gaudi_fact,
-    gaudi_gate,
     gaudi_hccl_argv,
     gaudi_options,
 )
@@ -51,13 +51,13 @@ from acceldeploy.runtimes.python_env import (
 
 __all__ = [
     "RECORD_NAME",
+    "ascend_check",
     "ascend_fact",
-    "ascend_gate",
     "ascend_options",
     "docker_daemon_with_runtime",
     "env_prefix",
+    "gaudi_check",
     "gaudi_fact",
-    "gaudi_gate",
     "gaudi_hccl_argv",
     "gaudi_options",
     "parse_hccl_demo",

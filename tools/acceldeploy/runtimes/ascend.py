@@ -1,6 +1,6 @@
-"""Ascend: the driver / firmware / CANN version files, the role's options and the gate.
+"""Ascend: the driver / firmware / CANN version files, the role's options and the runtime check.
 
-``ascend_gate`` judges a host against the pinned stack (CANN == the pinned vllm-ascend's CANN,
+``ascend_check`` judges a host against the pinned stack (CANN == the pinned vllm-ascend's CANN,
 driver and firmware compatible, NPUs healthy, device nodes present, the device group, the
 CANN environment scripts) and, when asked, plans the CANN ``.run`` install. It is a sequence
 of named checks (``ASCEND_CHECKS``) over one ``AscendHost``; each adds its findings.
@@ -21,7 +21,7 @@ from acceldeploy.planner.stacks import other_stacks_hint, stack_label
 from acceldeploy.platforms.smi import NpuSmi, parse_npu_smi_info
 from acceldeploy.runtimes.image import image_options, judge_image
 from acceldeploy.runtimes.probe import (
-    GateRun,
+    CheckRun,
     Verdict,
     device_node_errors,
     probed_command,
@@ -299,7 +299,7 @@ def _check_checksums(checksums: Any) -> None:
 def ascend_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[str, Any]:
     """The role's inputs checked without touching a host (validate.yml): devices are ints,
     CANN install needs the three packages of the pinned CANN version; fails naming the
-    variable. Returns the options ascend_gate takes."""
+    variable. Returns the options ascend_check takes."""
     devices = []
     for device in inputs.get("devices") or []:
         if not str(device).isdigit():
@@ -333,12 +333,12 @@ def ascend_options(inputs: dict[str, Any], stack_entry: dict[str, Any]) -> dict[
 
 
 # --------------------------------------------------------------------------------------------
-# The gate
+# The runtime check
 
 
 @dataclass
-class AscendHost(GateRun):
-    """One Ascend gate run: its inputs, the verdict so far and what the checks found."""
+class AscendHost(CheckRun):
+    """One Ascend check run: its inputs, the verdict so far and what the checks found."""
 
     driver: AscendDriver | None = None
     toolkit: CannToolkit | None = None
@@ -626,7 +626,7 @@ ASCEND_CHECKS: tuple[Callable[[AscendHost], None], ...] = (
 )
 
 
-def ascend_gate(
+def ascend_check(
     probe: dict[str, Any], stack_entry: dict[str, Any], options: dict[str, Any]
 ) -> dict[str, Any]:
     """Judges an Ascend host against the pinned stack. ``probe`` is what the role's probe
@@ -652,20 +652,20 @@ def ascend_gate(
     }
 
 
-def ascend_fact(gate: dict[str, Any]) -> dict[str, Any]:
+def ascend_fact(check: dict[str, Any]) -> dict[str, Any]:
     """What ascend_runtime records for the launcher: stable values only (no live usage)."""
-    detected = gate.get("detected") or {}
+    detected = check.get("detected") or {}
     keep = ("npu", "name", "chip", "device", "bus_id", "health", "hbm_total_mb", "memory_total_mb")
-    image = gate.get("image") or {}
+    image = check.get("image") or {}
     in_image = {"image": image["ref"], "image_id": detected.get("image_id", "")} if image else {}
     return {
         "platform": "ascend",
-        "required": gate.get("required") or {},
+        "required": check.get("required") or {},
         **{k: detected.get(k, "") for k in ("driver", "driver_family", "firmware", "cann",
                                              "cann_path", "npu_smi")},
         "npus": [{k: c.get(k) for k in keep} for c in detected.get("npus") or []],
-        "devices": gate.get("devices") or [],
-        "device_nodes": gate.get("device_nodes") or [],
-        "env_scripts": gate.get("env_scripts") or [],
+        "devices": check.get("devices") or [],
+        "device_nodes": check.get("device_nodes") or [],
+        "env_scripts": check.get("env_scripts") or [],
         **in_image,
     }  # fmt: skip

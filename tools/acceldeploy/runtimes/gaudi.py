@@ -1,6 +1,7 @@
-"""Gaudi: the role's options, seed 004's hccl_demo command, Docker's daemon.json and the gate.
+"""Gaudi: the role's options, seed 004's hccl_demo command, Docker's daemon.json and the
+runtime check.
 
-``gaudi_gate`` judges a host: hl-smi works and its driver matches the image's Intel Gaudi
+``gaudi_check`` judges a host: hl-smi works and its driver matches the image's Intel Gaudi
 software, module ids and NUMA nodes known, the services' module ids exist, device nodes
 present, Docker and the habana container runtime registered, the image present or loadable
 (tarball) / pullable (internal registry). It is a sequence of named checks
@@ -21,7 +22,7 @@ from acceldeploy.planner.stacks import listed, other_stacks_hint, stack_label
 from acceldeploy.platforms.smi import HlSmi, parse_hl_smi, parse_hl_smi_modules, parse_hl_smi_topo
 from acceldeploy.runtimes.image import image_options, judge_image
 from acceldeploy.runtimes.probe import (
-    GateRun,
+    CheckRun,
     device_node_errors,
     probed_command,
     probed_file,
@@ -174,12 +175,12 @@ def docker_daemon_with_runtime(
 
 
 # --------------------------------------------------------------------------------------------
-# The gate
+# The runtime check
 
 
 @dataclass
-class GaudiHost(GateRun):
-    """One Gaudi gate run: its inputs, the verdict so far and what the checks found."""
+class GaudiHost(CheckRun):
+    """One Gaudi check run: its inputs, the verdict so far and what the checks found."""
 
     info: HlSmi | None = None
     modules: dict[int, int] = field(default_factory=dict)
@@ -388,7 +389,7 @@ GAUDI_CHECKS: tuple[Callable[[GaudiHost], None], ...] = (
 )
 
 
-def gaudi_gate(
+def gaudi_check(
     probe: dict[str, Any], stack_entry: dict[str, Any], options: dict[str, Any]
 ) -> dict[str, Any]:
     """Judges a Gaudi host: hl-smi works and its driver matches the image's Intel Gaudi
@@ -411,19 +412,19 @@ def gaudi_gate(
     }
 
 
-def gaudi_fact(gate: dict[str, Any], hccl: dict[str, Any] | None = None) -> dict[str, Any]:
+def gaudi_fact(check: dict[str, Any], hccl: dict[str, Any] | None = None) -> dict[str, Any]:
     """What gaudi_runtime records: driver, firmware, module ids with NUMA nodes, the image."""
-    detected = gate.get("detected") or {}
+    detected = check.get("detected") or {}
     keep = ("index", "name", "bus_id", "memory_total_mib")
     fact = {
         "platform": "gaudi",
-        "required": gate.get("required") or {},
+        "required": check.get("required") or {},
         **{k: detected.get(k, "") for k in ("driver", "driver_build", "firmware", "hl_smi",
                                              "image_id", "container_runtime")},
         "devices": [{k: d.get(k) for k in keep} for d in detected.get("devices") or []],
         "modules": detected.get("modules") or [],
-        "device_nodes": gate.get("device_nodes") or [],
-        "image": (gate.get("image") or {}).get("ref", ""),
+        "device_nodes": check.get("device_nodes") or [],
+        "image": (check.get("image") or {}).get("ref", ""),
     }  # fmt: skip
     if hccl:
         fact["hccl"] = hccl

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.runtimes.probe import GateRun, probed_command
+from acceldeploy.runtimes.probe import CheckRun, probed_command
 
 IMAGE_REFERENCE = re.compile(r"[a-z0-9][a-z0-9._/:@-]*")
 
@@ -68,7 +68,7 @@ def _commands(image: str, options: dict[str, Any], source: str) -> list[list[str
     return []
 
 
-def judge_image(host: GateRun, role: str, image: str) -> dict[str, Any]:
+def judge_image(host: CheckRun, role: str, image: str) -> dict[str, Any]:
     """Whether the image is on the host, else the tarball or registry it comes from (an
     error naming ``role``'s variables when neither is set): what roles/container_image takes.
     The probe's ``docker_version`` and ``image_inspect`` commands answer it."""

@@ -1,4 +1,4 @@
-"""What the runtime gates share: the verdict they build and reading the probe.
+"""What the runtime checks share: the verdict they build and reading the probe.
 
 A probe is what a role's probe module (plugins/modules/acceldeploy_probe.py) read on a host:
 ``files`` (name -> {path, exists, content}), ``commands`` (name -> {found, rc, stdout,
@@ -26,7 +26,7 @@ class Verdict:
         return not self.errors
 
     def summary(self) -> dict[str, Any]:
-        """The first keys of every gate's result: ok, errors, warnings, message."""
+        """The first keys of every runtime check's result: ok, errors, warnings, message."""
         return {
             "ok": self.ok,
             "errors": self.errors,
@@ -36,8 +36,8 @@ class Verdict:
 
 
 @dataclass
-class GateRun:
-    """One gate run on one host: its inputs, the verdict so far and what the checks found."""
+class CheckRun:
+    """One runtime check on one host: its inputs, the verdict so far and what the checks found."""
 
     probe: dict[str, Any]
     stack: dict[str, Any]

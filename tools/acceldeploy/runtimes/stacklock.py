@@ -5,10 +5,11 @@ Only the host knows these versions. Preflight's first contact (roles/preflight, 
 probe of ``acceldeploy.inventory.targets``) reads them in the same places the runtime roles'
 probe does (the role's own variables: ``ascend_runtime_driver_info``,
 ``ascend_runtime_firmware_info``, ``ascend_runtime_toolkit_info``, ``gaudi_runtime_hl_smi``)
-into the same shape, and this module runs the runtime gates' version checks on it
+into the same shape, and this module runs the runtime checks' version checks on it
 (``ascend.ASCEND_VERSION_CHECKS``, ``gaudi.GAUDI_VERSION_CHECKS``): one parser and one rule for
-each part, so preflight refuses exactly what the gate would, only earlier. The gates still run
-them at the runtime stage (defence in depth; the host may have changed in between).
+each part, so preflight refuses exactly what the runtime check would, only earlier. The
+runtime checks still run them at the runtime stage (defence in depth; the host may have
+changed in between).
 
 ``inputs["runtime"]`` is ``{platform, stack, options}``: the host's stack (its
 ``acceldeploy_stack`` or the platform's default) and the runtime role's checked options, as
@@ -30,23 +31,23 @@ from acceldeploy.runtimes.ascend import (
     check_cann_version,
 )
 from acceldeploy.runtimes.gaudi import GAUDI_VERSION_CHECKS, GaudiHost
-from acceldeploy.runtimes.probe import GateRun
+from acceldeploy.runtimes.probe import CheckRun
 
-Host = TypeVar("Host", bound=GateRun)
+Host = TypeVar("Host", bound=CheckRun)
 
 
 @dataclass(frozen=True)
-class VersionGate:
+class VersionCheck:
     """A runtime role's version checks and what the first contact reads for them."""
 
     files: tuple[str, ...]  # each read where the role's <name>_info option says
     commands: tuple[str, ...]  # each run as the role's <name> option says
-    run: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], GateRun]
+    run: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], CheckRun]
     # The other options its checks read (the upgrade advisor takes them from the inventory).
     switches: tuple[str, ...] = ()
     # What the upgrade advisor runs on a host read before a move: the checks but the one
     # the advisor says itself from the inventory (whether the role installs another CANN).
-    move_run: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], GateRun] | None = None
+    move_run: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], CheckRun] | None = None
 
 
 def _checked(host: Host, checks: Sequence[Callable[[Host], None]]) -> Host:
@@ -55,30 +56,31 @@ def _checked(host: Host, checks: Sequence[Callable[[Host], None]]) -> Host:
     return host
 
 
-def _ascend(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> GateRun:
+def _ascend(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> CheckRun:
     return _checked(AscendHost(probe=probe, stack=stack, options=options), ASCEND_VERSION_CHECKS)
 
 
-def _ascend_move(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> GateRun:
+def _ascend_move(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> CheckRun:
     checks = [c for c in ASCEND_VERSION_CHECKS if c is not check_cann_version]
     return _checked(AscendHost(probe=probe, stack=stack, options=options), checks)
 
 
-def _gaudi(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> GateRun:
+def _gaudi(probe: dict[str, Any], stack: dict[str, Any], options: dict[str, Any]) -> CheckRun:
     return _checked(GaudiHost(probe=probe, stack=stack, options=options), GAUDI_VERSION_CHECKS)
 
 
 # By the runtime role a platform's class names: Ascend's driver and firmware version.info and
-# CANN's ascend_toolkit_install.info; Gaudi's ``hl-smi``, whose version lines the gate parses.
-VERSION_GATES = {
-    "ascend_runtime": VersionGate(
+# CANN's ascend_toolkit_install.info; Gaudi's ``hl-smi``, whose version lines the runtime
+# check parses.
+VERSION_CHECKS = {
+    "ascend_runtime": VersionCheck(
         files=("driver", "firmware", "toolkit"),
         commands=(),
         run=_ascend,
         switches=("check_driver", "check_firmware"),
         move_run=_ascend_move,
     ),
-    "gaudi_runtime": VersionGate(
+    "gaudi_runtime": VersionCheck(
         files=(), commands=("hl_smi",), run=_gaudi, switches=("software", "driver_match")
     ),
 }
@@ -93,21 +95,21 @@ def _runtime(inputs: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, 
     )
 
 
-def _gate(platform: str) -> VersionGate | None:
-    """The version gate of the platform's runtime role; none without a runtime (preflight
+def _check(platform: str) -> VersionCheck | None:
+    """The version check of the platform's runtime role; none without a runtime (preflight
     passes none for cpu hosts)."""
     role = for_name(platform).runtime_role if platform else None
-    return VERSION_GATES[role] if role else None
+    return VERSION_CHECKS[role] if role else None
 
 
 def reads(inputs: Mapping[str, Any]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(files, commands) the first contact reads for the host's platform's version gate."""
+    """(files, commands) the first contact reads for the host's platform's version check."""
     platform, _, options = _runtime(inputs)
-    gate = _gate(platform)
-    if gate is None:
+    check = _check(platform)
+    if check is None:
         return {}, {}
-    files = {name: _patterns(options, name, f"{name}_info") for name in gate.files}
-    commands = {name: _patterns(options, name, name) for name in gate.commands}
+    files = {name: _patterns(options, name, f"{name}_info") for name in check.files}
+    commands = {name: _patterns(options, name, name) for name in check.commands}
     return files, commands
 
 
@@ -129,13 +131,13 @@ def probe_script(inputs: Mapping[str, Any]) -> str:
 
 
 def judge(facts: targets.Facts, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The runtime gate's version checks on what the first contact read: {stack, platform,
-    detected, errors, warnings}; empty for a platform without a runtime gate."""
+    """The runtime check's version checks on what the first contact read: {stack, platform,
+    detected, errors, warnings}; empty for a platform without a runtime check."""
     platform, stack, options = _runtime(inputs)
-    gate = _gate(platform)
-    if gate is None:
+    check = _check(platform)
+    if check is None:
         return {}
-    host = gate.run(facts.probe(), stack, options)
+    host = check.run(facts.probe(), stack, options)
     detected = {k: v for k, v in host.detected.items() if k != "devices"}
     return {
         "stack": str(stack.get("name") or ""),
@@ -160,12 +162,12 @@ def inventory_inputs(
     """The first contact's inputs for a host of the inventory, without Ansible: its runtime
     role's reads and switches from the host's variables (else the role's defaults), judged
     against ``stack`` (``in_image``: the host runs the stack's image); empty for a platform
-    without a runtime gate."""
-    gate = _gate(platform)
-    if gate is None:
+    without a runtime check."""
+    check = _check(platform)
+    if check is None:
         return {}
     role = str(for_name(platform).runtime_role)
-    keys = [f"{name}_info" for name in gate.files] + [*gate.commands, *gate.switches]
+    keys = [f"{name}_info" for name in check.files] + [*check.commands, *check.switches]
     options = {key: roledefaults.rendered(hostvars, f"{role}_{key}") for key in keys}
     options["container"] = in_image
     return {
@@ -178,10 +180,10 @@ def read_for_move(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """What a host holds, read by ``probe_script(inputs)``, judged against the stack it would
     move to: {detected, errors, warnings} (the advisor's own CANN finding left out)."""
     platform, stack, options = _runtime(inputs)
-    gate = _gate(platform)
-    if gate is None:
+    check = _check(platform)
+    if check is None:
         return {}
-    host = (gate.move_run or gate.run)(targets.Facts.parse(stdout).probe(), stack, options)
+    host = (check.move_run or check.run)(targets.Facts.parse(stdout).probe(), stack, options)
     return {
         "detected": {k: v for k, v in host.detected.items() if k != "devices"},
         "errors": list(host.verdict.errors),

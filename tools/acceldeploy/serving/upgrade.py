@@ -153,7 +153,7 @@ def installed_findings(
     read: HostReader,
 ) -> tuple[list[Finding], str]:
     """What the host holds (driver, firmware, CANN; hl-smi on Gaudi), read-only by the first
-    contact's probe, judged against the target stack by the runtime gate's own checks: one
+    contact's probe, judged against the target stack by the runtime check's own checks: one
     finding of what was read, a blocking one per refusal. Also the CANN found ('' if none)."""
     inputs = stacklock.inventory_inputs(hostvars, str(target["platform"]), target, in_image)
     if not inputs:
@@ -166,8 +166,8 @@ def installed_findings(
     detected = seen["detected"]
     read_text = ", ".join(f"{k} {v}" for k, v in detected.items() if v) or "nothing recorded"
     found = [Finding(host, "", "installed", "read from the host", read_text)]
-    found += [Finding(host, "", "installed", "runtime gate", e, True) for e in seen["errors"]]
-    found += [Finding(host, "", "installed", "runtime gate", w) for w in seen["warnings"]]
+    found += [Finding(host, "", "installed", "runtime check", e, True) for e in seen["errors"]]
+    found += [Finding(host, "", "installed", "runtime check", w) for w in seen["warnings"]]
     return found, str(detected.get("cann") or "")
 
 

@@ -1,0 +1,60 @@
+"""The no-op path's one call per role and host (the acceldeploy_state module, on the host), its
+key and what it watches from the role's contract (tools/acceldeploy/roles/<role>.py) on the
+controller: `role` gives the key (every input of what the role writes, and this acceldeploy's
+code digest: state/drift.py) and, when recording, the role's footprint (the files, trees and
+units it owns). A task that names no role passes its own key and footprint.
+
+    - acceldeploy.fleet.acceldeploy_state:
+        path: "{{ python_env_state_file }}"
+        role: python_env
+        state: record
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+
+import acceldeploy
+from acceldeploy import roles, secrets
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory.ansible_adapter import task_scope
+from acceldeploy.state import drift
+
+MODULE = "acceldeploy.fleet.acceldeploy_state"
+# The collection's root (this repository, or where ansible-galaxy installed it): its roles,
+# plugins and playbooks are part of every key's code digest.
+REPO = Path(__file__).resolve().parents[2]
+
+
+@cache
+def code_digest() -> str:
+    if not (REPO / "roles").is_dir():  # a digest of nothing would never change
+        raise AcceldeployError(f"no roles/ in {REPO}: acceldeploy's code digest needs them")
+    return drift.code_digest(str(REPO), str(Path(acceldeploy.__file__).parent))
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        role = str(args.pop("role", "") or "")
+        if role and args.get("state", "check") != "absent":
+            variables = task_vars or {}
+            templar = self._templar.copy_with_new_env(available_variables=variables)
+            scope = task_scope(str(variables.get("inventory_hostname")), variables, templar)
+            try:
+                args["key"] = drift.state_key(roles.state_inputs(role, scope), code_digest())
+                if args.get("state") == "record":
+                    args.update(roles.owned(role, scope))
+            except (AcceldeployError, AnsibleError) as exc:
+                result.update(failed=True, msg=secrets.mask(f"{role}'s no-op record: {exc}"))
+                return result
+        result.update(self._execute_module(MODULE, module_args=args, task_vars=task_vars))
+        return result

@@ -1,0 +1,105 @@
+"""vllm_service's contract: every service's unit from the host plan, and the host's part in
+its multi-node services (what preflight compares across their nodes); what the no-op path's
+key covers, and the files and units the role owns."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.gateway import plan as gateway_plan
+from acceldeploy.inventory.ansible_adapter import plain
+from acceldeploy.inventory.scope import Scope
+from acceldeploy.roles.contract import Contract
+from acceldeploy.serving import hostplan
+from acceldeploy.serving.layout import UnitLayout
+
+ROLE = "vllm_service"
+
+
+def plan_vars(scope: Scope) -> dict[str, Any]:
+    """The variables the host plan reads (hostplan.PLAN_VARS; an unset one as ''), with the
+    addresses of the nodes its multi-node services name."""
+    values = {name: scope.get(name, "") for name in hostplan.PLAN_VARS}
+    nodes = hostplan.service_nodes(plain(values.get("acceldeploy_services")))
+    values[hostplan.NODE_IPS_VAR] = hostplan.node_ips(nodes, scope.hosts(nodes))
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def gateway_targets(scope: Scope, names: Sequence[str]) -> list[dict[str, str]]:
+    """[{gateway, socket, service}]: where the rollout drains each of the named services before
+    its restart and readies it after its gate (the gateways' own frontends decide)."""
+    gateways = scope.hosts([str(g) for g in scope[f"{ROLE}_gateways"]])
+    views = {
+        gateway: {"frontends": plain(view.get("gateway_frontends", [])),
+                  "socket": str(plain(view.get("gateway_stats_socket", "")) or "")}
+        for gateway, view in gateways.items()
+    }  # fmt: skip
+    return gateway_plan.targets(views, scope.host, list(names))
+
+
+def plan(scope: Scope) -> dict[str, Any]:
+    values = plan_vars(scope)
+    units = [unit.to_dict() for unit in hostplan.plan_host(values)]
+    return {
+        "vllm_service_units": units,
+        "vllm_service_node_view": hostplan.node_view(values),
+        "vllm_service_gateway_targets": gateway_targets(scope, [str(u["name"]) for u in units]),
+    }
+
+
+def secret_env(services: Sequence[Mapping[str, Any]], name: str) -> str:
+    """The 0600 EnvironmentFile of a service: VLLM_API_KEY=<its api_key> (use under no_log)."""
+    for service in services:
+        if service.get("name") == name and service.get("api_key"):
+            key = str(service["api_key"])
+            if "\n" in key:
+                raise AcceldeployError(f"service {name}: api_key cannot contain a newline")
+            return f"VLLM_API_KEY={key}\n"
+    return ""
+
+
+def secrets_digest(services: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+    """sha256 of the named services' secrets files: part of the no-op path's key without the
+    key itself appearing anywhere."""
+    text = json.dumps([secret_env(services, name) for name in names])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def layout(scope: Scope) -> UnitLayout:
+    return UnitLayout(
+        scope[f"{ROLE}_launcher_dir"], scope[f"{ROLE}_secret_dir"], scope[f"{ROLE}_last_good_dir"]
+    )
+
+
+def state_inputs(scope: Scope) -> dict[str, Any]:
+    units = scope[f"{ROLE}_units"]
+    dirs = layout(scope)
+    return {
+        "units": units,
+        "env_key": scope[f"{ROLE}_env_key"],
+        "user": scope[f"{ROLE}_user"],
+        "dirs": {"launcher": dirs.launcher_dir, "secret": dirs.secret_dir,
+                 "last_good": dirs.last_good_dir},
+        "argcheck": scope.flag(f"{ROLE}_argcheck"),
+        "secrets": secrets_digest(scope.get("acceldeploy_services", []),
+                                  [str(u["name"]) for u in units]),
+    }  # fmt: skip
+
+
+def footprint(scope: Scope) -> dict[str, list[str]]:
+    """Every file the role writes (units, launchers, secrets, helpers, the rollback point),
+    the service user's entries, and each unit (its state: active, enabled)."""
+    dirs = layout(scope)
+    units = scope[f"{ROLE}_units"]
+    files = [dirs.helper(helper) for helper in scope[f"{ROLE}_helpers"]]
+    files += ["/etc/passwd", "/etc/group"]
+    for unit in units:
+        files += dirs.files(str(unit["name"]), argcheck=bool(unit.get("argcheck")))
+    return {"files": [str(f) for f in files], "units": [f"{u['name']}.service" for u in units]}
+
+
+CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint)
