@@ -79,12 +79,12 @@ def test_an_unknown_role_or_part_is_named() -> None:
 def test_the_gateways_footprint_is_what_it_writes() -> None:
     values = {f"gateway_{name}": f"/x/{name}" for name in (
         "config_file", "stats_socket", "state_file", "backend_keys_file", "client_keys_file",
-        "libexec_dir")}  # fmt: skip
+        "libexec_dir", "dropin_file")}  # fmt: skip
     owned = roles.owned("gateway", Scope.of_values("gw1", values))
     assert owned == {
         "files": ["/x/config_file", "/x/backend_keys_file", "/x/client_keys_file",
                   "/x/libexec_dir/haproxy-save-state",
-                  "/etc/systemd/system/haproxy.service.d/acceldeploy.conf"],
+                  "/x/dropin_file"],
         "trees": [],
         "units": ["haproxy.service"],
     }  # fmt: skip

@@ -14,8 +14,6 @@ from acceldeploy.roles.contract import Contract
 ROLE = "gateway"
 GROUP = "gateways"
 UNIT = "haproxy.service"
-# The role's drop-in for HAProxy's unit (roles/gateway/templates/haproxy-reload.conf.j2).
-DROP_IN = "/etc/systemd/system/haproxy.service.d/acceldeploy.conf"
 
 
 def serving(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -84,7 +82,7 @@ def footprint(scope: Scope) -> dict[str, list[str]]:
     where = paths(scope)
     return {
         "files": [where["config_file"], where["backend_keys_file"], where["client_keys_file"],
-                  f"{where['libexec_dir']}/haproxy-save-state", DROP_IN],
+                  f"{where['libexec_dir']}/haproxy-save-state", str(scope[f"{ROLE}_dropin_file"])],
         "units": [UNIT],
     }  # fmt: skip
 
