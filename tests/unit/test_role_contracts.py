@@ -88,3 +88,13 @@ def test_the_gateways_footprint_is_what_it_writes() -> None:
         "trees": [],
         "units": ["haproxy.service"],
     }  # fmt: skip
+
+
+def test_every_input_a_contract_names_is_a_variable_its_role_declares() -> None:
+    from acceldeploy.inventory import varcheck
+    from acceldeploy.roles import ascend_runtime, gaudi_runtime, host_tuning, python_env
+
+    declared = varcheck.declared(ROLES)
+    for module in (python_env, host_tuning, ascend_runtime, gaudi_runtime):
+        for name in (*module.INPUTS, *getattr(module, "FLAGS", ())):
+            assert f"{module.ROLE}_{name}" in declared, (module.ROLE, name)
