@@ -22,7 +22,7 @@ from ansible.plugins.action import ActionBase
 from acceldeploy import roles, secrets
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds
-from acceldeploy.inventory.ansible_adapter import task_scope
+from acceldeploy.inventory.ansible_adapter import error_message, task_scope
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]
@@ -33,16 +33,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         result: dict[str, Any] = super().run(tmp, task_vars)
         role = str(self._task.args.get("role") or "")
         part = str(self._task.args.get("part") or "")
-        variables = task_vars or {}
-        templar = self._templar.copy_with_new_env(available_variables=variables)
-        scope = task_scope(str(variables.get("inventory_hostname")), variables, templar)
+        scope = task_scope(task_vars or {}, self._templar)
         try:
             errors = [] if part else bounds.role_errors(role, scope.__getitem__)
             facts = {} if errors else roles.plan(role, scope, part)
-        except AcceldeployError as exc:
-            errors, facts = [str(exc)], {}
-        except AnsibleError as exc:  # a variable's own template failed
-            errors, facts = [str(getattr(exc, "_original_message", "") or exc.message)], {}
+        except (AcceldeployError, AnsibleError) as exc:  # AnsibleError: a variable's template
+            errors, facts = [error_message(exc)], {}
         result.update(changed=False, facts=facts)
         if errors:
             result.update(failed=True, msg=secrets.mask("; ".join(errors)))

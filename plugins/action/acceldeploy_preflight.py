@@ -24,7 +24,7 @@ from acceldeploy import roles, secrets
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds, varcheck
 from acceldeploy.inventory import groups as fleet_groups
-from acceldeploy.inventory.ansible_adapter import task_scope
+from acceldeploy.inventory.ansible_adapter import error_message, task_scope
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.planner import defects
 from acceldeploy.planner.stacks import load_stacks
@@ -89,18 +89,8 @@ FACTS = tuple(dict.fromkeys(
 
 
 def _message(exc: BaseException) -> str:
-    """The check's own words: the innermost Ansible message (our filters raise the
-    AcceldeployError's text), masked."""
-    text = ""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, AcceldeployError):
-            text = str(seen)
-            break
-        if isinstance(seen, AnsibleError):
-            text = str(getattr(seen, "_original_message", "") or seen.message)
-        seen = seen.__cause__ or seen.__context__
-    return secrets.mask(text.strip() or str(exc))
+    """The check's own words, masked."""
+    return secrets.mask(error_message(exc))
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]
@@ -177,9 +167,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             self._raws[host] = dict(self._hostvars.raw_get(host))
         return self._raws[host]
 
-    def _templar_for(self, scope: Mapping[str, Any]) -> Any:
-        return self._templar.copy_with_new_env(available_variables=scope)
-
     def _scope(self, host: str, role: str) -> dict[str, Any]:
         """The variables a task of `role` sees on `host` (include_role's precedence: role
         defaults, then the inventory and the facts set so far, then role vars)."""
@@ -195,7 +182,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         )
 
     def _host_scope(self, host: str, variables: Mapping[str, Any]) -> Scope:
-        return task_scope(host, variables, self._templar_for(variables))
+        return task_scope(variables, self._templar, host)
 
     def _names_pass(self, host: str) -> bool:
         """The inventory's own variables of ours: misspelt names, wrong types."""
@@ -214,8 +201,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     def _step(self, host: str, step: Step) -> None:
         """One role's contract on one host: its bounds, then its plan (the first failure ends
         the step)."""
-        scope = self._host_scope(host, self._scope(host, step.role))
         try:
+            scope = self._host_scope(host, self._scope(host, step.role))
             failed = [] if step.part else bounds.role_errors(step.role, scope.__getitem__)
             if failed:
                 self._fail(host, failed)

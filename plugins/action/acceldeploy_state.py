@@ -22,7 +22,7 @@ from ansible.plugins.action import ActionBase
 import acceldeploy
 from acceldeploy import roles, secrets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory.ansible_adapter import task_scope
+from acceldeploy.inventory.ansible_adapter import error_message, task_scope
 from acceldeploy.state import drift
 
 MODULE = "acceldeploy.fleet.acceldeploy_state"
@@ -46,15 +46,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         args = dict(self._task.args)
         role = str(args.pop("role", "") or "")
         if role and args.get("state", "check") != "absent":
-            variables = task_vars or {}
-            templar = self._templar.copy_with_new_env(available_variables=variables)
-            scope = task_scope(str(variables.get("inventory_hostname")), variables, templar)
+            scope = task_scope(task_vars or {}, self._templar)
             try:
                 args["key"] = drift.state_key(roles.state_inputs(role, scope), code_digest())
                 if args.get("state") == "record":
                     args.update(roles.owned(role, scope))
             except (AcceldeployError, AnsibleError) as exc:
-                result.update(failed=True, msg=secrets.mask(f"{role}'s no-op record: {exc}"))
+                message = f"{role}'s no-op record: {error_message(exc)}"
+                result.update(failed=True, msg=secrets.mask(message))
                 return result
         result.update(self._execute_module(MODULE, module_args=args, task_vars=task_vars))
         return result

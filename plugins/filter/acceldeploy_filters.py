@@ -23,8 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 def acceldeploy_host_addresses(hosts: list[str], hostvars: Mapping[str, Any]) -> list[str]:
     """groups['gateways'] | acceldeploy_host_addresses(hostvars): each host's address as
     the other hosts reach it (acceldeploy_node_ip, else ansible_host)."""
-    named = [str(h) for h in hosts]
-    return list(hostplan.node_ips(named, {n: hostvars[n] for n in named if n in hostvars}).values())
+    return hostplan.addresses([str(h) for h in hosts], hostvars)
 
 
 def acceldeploy_rollout(

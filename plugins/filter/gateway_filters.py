@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from acceldeploy.gateway import certificate, plan
+from acceldeploy.gateway import certificate
 from acceldeploy.inventory.ansible_adapter import filters
 from acceldeploy.roles import gateway
 
@@ -14,7 +14,7 @@ from acceldeploy.roles import gateway
 def gateway_backend_keys(hosts: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
     """gateway_serving_hosts | gateway_backend_keys(hostvars): {service: api key} of the models
     whose services want one (the keys map)."""
-    return plan.backend_keys(gateway.serving([str(h) for h in hosts], hostvars))
+    return gateway.backend_keys([str(h) for h in hosts], hostvars)
 
 
 def gateway_certificate_probe(path: str) -> str:

@@ -41,14 +41,36 @@ def filters(*funcs: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
     return {f.__name__: guard(f) for f in funcs}
 
 
-def task_scope(host: str, variables: Mapping[str, Any], templar: Any) -> Scope:
-    """The Scope of a task on `host` that sees `variables` (its task_vars), each read templated
-    with Ansible's templar (which the caller has, as it runs inside Ansible)."""
+def task_scope(variables: Mapping[str, Any], templar: Any, host: str = "") -> Scope:
+    """The Scope of a task that sees `variables` (its task_vars) on `host` (else its
+    inventory_hostname), each read templated with a copy of the action's own Ansible templar."""
     from ansible.template import trust_as_template
+
+    own = templar.copy_with_new_env(available_variables=variables)
 
     def read(name: str) -> Any:
         if name not in variables:
             raise KeyError(name)
-        return plain(templar.template(trust_as_template("{{ " + name + " }}")))
+        return plain(own.template(trust_as_template("{{ " + name + " }}")))
 
-    return Scope(host, read, variables.get("hostvars") or {}, variables.get("groups") or {})
+    return Scope(
+        host or str(variables.get("inventory_hostname")), read,
+        variables.get("hostvars") or {}, variables.get("groups") or {},
+    )  # fmt: skip
+
+
+def error_message(exc: BaseException) -> str:
+    """A check's own words from what Ansible raised: the innermost AcceldeployError's text
+    (our filters and contracts raise one), else Ansible's own message (not masked)."""
+    from ansible.errors import AnsibleError
+
+    text = ""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, AcceldeployError):
+            text = str(seen)
+            break
+        if isinstance(seen, AnsibleError):
+            text = str(getattr(seen, "_original_message", "") or seen.message)
+        seen = seen.__cause__ or seen.__context__
+    return text.strip() or str(exc)

@@ -62,6 +62,11 @@ class Scope:
         """The hosts of an inventory group ([] for none)."""
         return [str(h) for h in self._groups.get(name) or ()]
 
+    @property
+    def inventory(self) -> Mapping[str, Mapping[str, Any]]:
+        """Every host's variables (hostvars), by host."""
+        return self._hostvars
+
     def of(self, host: str) -> Mapping[str, Any]:
         """Another host's variables (the inventory's and its facts), as hostvars gives them."""
         return self._hostvars[host]

@@ -51,10 +51,10 @@ def plan(scope: Scope) -> dict[str, Any]:
     return {"gateway_plan": [frontend.to_dict() for frontend in frontends]}
 
 
-def backend_keys(scope: Scope) -> dict[str, str]:
-    """{service: api key} of the models whose services want one (the keys map)."""
-    hosts = [str(h) for h in scope[f"{ROLE}_serving_hosts"]]
-    return gateway_plan.backend_keys(serving(hosts, scope.hosts(hosts)))
+def backend_keys(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """{service: api key} of the serving hosts' models whose services want one (the keys
+    map)."""
+    return gateway_plan.backend_keys(serving(hosts, hostvars))
 
 
 def paths(scope: Scope) -> dict[str, str]:
@@ -70,7 +70,9 @@ def state_inputs(scope: Scope) -> dict[str, Any]:
     into the key)."""
     return {
         "plan": scope[f"{ROLE}_plan"],
-        "backend_keys": backend_keys(scope),
+        "backend_keys": backend_keys(
+            [str(h) for h in scope[f"{ROLE}_serving_hosts"]], scope.inventory
+        ),
         **{name: scope[f"{ROLE}_{name}"]
            for name in ("client_keys", "check", "timeouts", "retries", "stats_port",
                         "tls_certificate", "affinity_buffer")},

@@ -3,7 +3,6 @@ targets, rules and dashboards; on every host, its device exporter."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from acceldeploy.inventory.ansible_adapter import plain
@@ -30,12 +29,6 @@ def host_view(hostvars: Any) -> dict[str, Any]:
     return dict(plain(targets.host_view(hostvars)))
 
 
-def addresses(scope: Scope, hosts: Sequence[str]) -> list[str]:
-    """Each host's address as the other hosts reach it (acceldeploy_node_ip, else
-    ansible_host)."""
-    return list(hostplan.node_ips(list(hosts), scope.hosts(hosts)).values())
-
-
 def node(scope: Scope) -> dict[str, Any]:
     """This host's part (every host's): its device exporter, the units that run vLLM here
     (their memory, and node exporter's systemd collector), the address node exporter listens
@@ -49,8 +42,8 @@ def node(scope: Scope) -> dict[str, Any]:
             scope.host, host_view(scope.of(scope.host))
         ),
         "monitor_host_units": targets.host_units(scope.host, own),
-        "monitor_node_address": addresses(scope, [scope.host])[0],
-        "monitor_scrapers": addresses(scope, scope.group(GROUP)),
+        "monitor_node_address": hostplan.addresses([scope.host], scope.inventory)[0],
+        "monitor_scrapers": hostplan.addresses(scope.group(GROUP), scope.inventory),
     }
 
 

@@ -24,8 +24,8 @@ def plan_vars(scope: Scope) -> dict[str, Any]:
     """The variables the host plan reads (hostplan.PLAN_VARS; an unset one as ''), with the
     addresses of the nodes its multi-node services name."""
     values = {name: scope.get(name, "") for name in hostplan.PLAN_VARS}
-    nodes = hostplan.service_nodes(plain(values.get("acceldeploy_services")))
-    values[hostplan.NODE_IPS_VAR] = hostplan.node_ips(nodes, scope.hosts(nodes))
+    services = plain(values.get("acceldeploy_services"))
+    values[hostplan.NODE_IPS_VAR] = hostplan.services_node_ips(services, scope.inventory)
     return {k: v for k, v in values.items() if v is not None}
 
 

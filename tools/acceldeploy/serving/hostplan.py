@@ -11,7 +11,7 @@ inventory; a variable left unset takes the default its role documents.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,12 +139,24 @@ def host_plan(hostvars: Mapping[str, Any]) -> HostPlan:
 
 def with_node_ips(inventory: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Every host's variables with the addresses of the nodes its services name (the tools
-    that read an inventory; the role computes the same with acceldeploy_node_ips)."""
+    that read an inventory; the role's contract computes the same:
+    tools/acceldeploy/roles/vllm_service.py)."""
     return {
-        host: {**hostvars, NODE_IPS_VAR: node_ips(service_nodes(
-            hostvars.get("acceldeploy_services")), inventory)}
+        host: {**hostvars, NODE_IPS_VAR: services_node_ips(
+            hostvars.get("acceldeploy_services"), inventory)}
         for host, hostvars in inventory.items()
     }  # fmt: skip
+
+
+def services_node_ips(services: Any, inventory: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """{node: address} of every host a host's acceldeploy_services name as nodes."""
+    return node_ips(service_nodes(services), inventory)
+
+
+def addresses(hosts: Sequence[str], inventory: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each of the hosts' address as the other hosts reach it (acceldeploy_node_ip, else
+    ansible_host), of those the inventory holds."""
+    return list(node_ips(list(hosts), inventory).values())
 
 
 def node_ips(nodes: list[str], inventory: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
