@@ -27,7 +27,7 @@ from acceldeploy.data_files import VERSIONS_DIR
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner import defects
 from acceldeploy.planner.kvplan import KV_RULES
-from acceldeploy.platforms import for_name, known_names
+from acceldeploy.platforms import PLATFORMS, find, for_name, known_names
 
 STACKS_FILE = VERSIONS_DIR / "stacks.yml"
 STACK_VAR = "acceldeploy_stack"
@@ -175,7 +175,7 @@ def _checked_stacks(file: Path, _mtime_ns: int, _size: int) -> dict[str, dict[st
     stacks: dict[str, dict[str, Any]] = {}
     errors: list[str] = []
     for name, raw in data["stacks"].items():
-        if not isinstance(raw, dict) or raw.get("platform") not in known_names():
+        if not isinstance(raw, dict) or find(str(raw.get("platform") or "")) is None:
             raise AcceldeployError(
                 f"{file}: stack {name} needs a platform, one of {', '.join(known_names())}"
             )
@@ -186,12 +186,12 @@ def _checked_stacks(file: Path, _mtime_ns: int, _size: int) -> dict[str, dict[st
             raise AcceldeployError(f"{file}: stack {name} lacks {', '.join(missing)}")
         errors += part_errors(entry)
         stacks[str(name)] = entry
-    for platform in known_names():
-        defaults = [n for n, e in stacks.items() if e["platform"] == platform and e["default"]]
+    for platform in PLATFORMS:
+        defaults = [n for n, e in stacks.items() if platform.runs(e) and e["default"]]
         if len(defaults) != 1:
             found = ", ".join(defaults) or "none"
             errors.append(
-                f"{file}: the {platform} platform needs exactly one stack with default: true "
+                f"{file}: the {platform.name} platform needs exactly one stack with default: true "
                 f"(found {found})"
             )
     if errors:
@@ -199,15 +199,21 @@ def _checked_stacks(file: Path, _mtime_ns: int, _size: int) -> dict[str, dict[st
     return stacks
 
 
+def runs_on(entry: Mapping[str, Any], platform: str) -> bool:
+    """The stack is one of the platform called ``platform``'s (none of an unknown one's)."""
+    chosen = find(platform)
+    return chosen is not None and chosen.runs(entry)
+
+
 def platform_stacks(platform: str, stacks: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    return [name for name, entry in stacks.items() if entry["platform"] == platform]
+    return [name for name, entry in stacks.items() if runs_on(entry, platform)]
 
 
 def stack(platform: str, path: str | Path | None = None) -> dict[str, Any]:
     """One platform's default stack; an error naming the known platforms if it has none."""
     stacks = load_stacks(path)
     for entry in stacks.values():
-        if entry["platform"] == platform and entry["default"]:
+        if runs_on(entry, platform) and entry["default"]:
             return entry
     known = sorted({e["platform"] for e in stacks.values()})
     raise AcceldeployError(
@@ -229,7 +235,7 @@ def host_stack(platform: str, chosen: str = "", path: str | Path | None = None) 
             f"{STACK_VAR} {chosen!r} is not a stack of {path or STACKS_FILE}; set it to one "
             f"of {', '.join(ours)}, or leave it unset for the {platform or 'platform'}'s default"
         )
-    if platform and entry["platform"] != platform:
+    if platform and not runs_on(entry, platform):
         raise AcceldeployError(
             f"{STACK_VAR} {chosen!r} is a {entry['platform']} stack but the host's "
             f"acceldeploy_platform is {platform}; set {STACK_VAR} to one of "
@@ -254,7 +260,7 @@ def other_stacks_hint(entry: Mapping[str, Any], key: str, value: Any) -> str:
         name
         for name, other in stacks.items()
         if name != entry.get("name")
-        and other["platform"] == entry.get("platform")
+        and runs_on(other, str(entry.get("platform") or ""))
         and listed(value, other.get(key) or [])
     ]
     return f", or set {STACK_VAR} to {' or '.join(fits)}" if fits else ""

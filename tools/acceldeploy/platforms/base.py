@@ -51,6 +51,10 @@ class PlatformBehaviour:
     # MiB: the least growth of a service's memory over a bench's rounds called a leak.
     leak_floor_mib: ClassVar[float] = 256.0
 
+    def runs(self, stack: Mapping[str, Any]) -> bool:
+        """The stack (an entry of versions/stacks.yml) is one of this platform's."""
+        return stack.get("platform") == self.name
+
     @property
     def smi(self) -> str | None:
         """The device tool, by the name verify's host facts key its output under."""

@@ -69,7 +69,7 @@ def target_stack(name: str, platform: str) -> dict[str, Any]:
             "(`acceldeploy plan stacks`)"
         )
     entry = every[name]
-    if entry["platform"] != platform:
+    if not stacks.runs_on(entry, platform):
         raise AcceldeployError(
             f"--to {name} is a {entry['platform']} stack and these hosts are {platform}; use one "
             f"of {', '.join(stacks.platform_stacks(platform, every))}"

@@ -16,7 +16,7 @@ import jinja2
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner import catalog, platforms
-from acceldeploy.platforms import for_name
+from acceldeploy.platforms import find, for_name
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.siteinit.probe import PYTHON, HostReport
 
@@ -69,7 +69,7 @@ def site_platform(reports: Sequence[HostReport], expected: str | None = None) ->
             "inventory directory)"
         )
     platform = found.pop()
-    if expected and platform != expected:
+    if expected and find(expected) is not find(platform):
         raise AcceldeployError(
             f"--platform {expected}: the hosts report {platform}; drop --platform, or probe "
             f"{expected} hosts"
