@@ -139,6 +139,29 @@ def test_a_host_takes_everything_and_leaves_the_fleet_views() -> None:
     assert lab2.records == ["/var/lib/acceldeploy/state"]
 
 
+def test_a_host_takes_what_each_role_s_contract_says_it_left_there(tmp_path: Path) -> None:
+    """The roles' contracts say what they leave on a serving host; the device exporter goes
+    with an Ascend host, and a file the monitor only rewrites stays with its package."""
+    exporter = tmp_path / "npu-exporter"
+    exporter.write_text("#!/bin/sh\n")
+    npu = {"acceldeploy_platform": "ascend", "group_names": ["ascend"], "ansible_host": "192.0.2.11",
+           "monitor_npu_exporter_package": str(exporter)}  # fmt: skip
+    gone = plan({"host": "npu-01"}, fleet(**{"npu-01": host(svc("a"), **npu)}), {})
+    removed = gone.hosts["npu-01"]
+    assert removed.units[-3:] == [
+        "prometheus-node-exporter.service", "acceldeploy-service-memory.service",
+        "npu-exporter.service",
+    ]  # fmt: skip
+    assert {"/etc/systemd/system/npu-exporter.service", "/etc/systemd/system/"
+            "prometheus-node-exporter.service.d/acceldeploy.conf"} <= set(removed.files)  # fmt: skip
+    assert "/etc/default/prometheus-node-exporter" not in removed.files
+    assert removed.dirs[-5:] == [
+        "/usr/local/libexec/acceldeploy", "/etc/acceldeploy/secrets",
+        "/var/lib/acceldeploy/vllm-last-good", "/opt/acceldeploy/fetch-venv",
+        "/opt/acceldeploy/fetch-wheels",
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("target", "views", "others", "message"),
     [

@@ -13,30 +13,31 @@ from acceldeploy.serving.layout import UNIT_DIR
 NODE_UNIT = "prometheus-node-exporter.service"
 MEMORY_UNIT = "acceldeploy-service-memory.service"
 PROMETHEUS_UNIT = "prometheus.service"
-# What the role puts on every host beside the distribution's node exporter (roles/monitor/
-# tasks/node.yml): its units, and the unit files it writes; remove.yml takes them off a host.
 NODE_UNITS = (NODE_UNIT, MEMORY_UNIT)
-NODE_DROPIN, MEMORY_UNIT_FILE = (
-    f"{UNIT_DIR}/{NODE_UNIT}.d/acceldeploy.conf",
-    f"{UNIT_DIR}/{MEMORY_UNIT}",
-)
-NODE_UNIT_FILES = (MEMORY_UNIT_FILE, NODE_DROPIN)
+NODE_DROPIN = f"{UNIT_DIR}/{NODE_UNIT}.d/acceldeploy.conf"
+# The distribution's file the role rewrites: watched, and left to its package by a removal.
+NODE_DEFAULTS = "/etc/default/prometheus-node-exporter"
+
+
+def node_owned(device_exporter: Mapping[str, Any], libexec_dir: str) -> dict[str, list[str]]:
+    """What the role runs and writes on every serving host (roles/monitor/tasks/node.yml and
+    the device exporter's tasks): the node exporter's drop-in, the memory reader and its unit,
+    the device exporter; a whole host's removal takes them."""
+    exporter_files, exporter_units = device_exporters.owned(device_exporter)
+    return {
+        "files": [NODE_DROPIN, f"{libexec_dir}/unitmemory.py", f"{UNIT_DIR}/{MEMORY_UNIT}",
+                  *exporter_files],
+        "units": [*NODE_UNITS, *exporter_units],
+    }  # fmt: skip
 
 
 def spec(
     device_exporter: Mapping[str, Any], is_monitor: bool, paths: Mapping[str, str]
 ) -> dict[str, list[str]]:
     """paths: config_dir, libexec_dir and grafana_dir (the role's variables)."""
-    files = [
-        "/etc/default/prometheus-node-exporter",
-        NODE_DROPIN,
-        f"{paths['libexec_dir']}/unitmemory.py",
-        MEMORY_UNIT_FILE,
-    ]
-    units = list(NODE_UNITS)
-    exporter_files, exporter_units = device_exporters.owned(device_exporter)
-    files += exporter_files
-    units += exporter_units
+    node = node_owned(device_exporter, paths["libexec_dir"])
+    files = [NODE_DEFAULTS, *node["files"]]
+    units = node["units"]
     trees: list[str] = []
     if is_monitor:
         config = paths["config_dir"]

@@ -19,8 +19,10 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import bounds
 from acceldeploy.inventory.roledefaults import value
+from acceldeploy.inventory.scope import Scope
 from acceldeploy.modelref import model_dir, parse_model_ref
-from acceldeploy.monitor import record
+from acceldeploy.monitor.targets import VIEW_KEYS
+from acceldeploy.roles import host_leaves
 from acceldeploy.runtimes.python_env import STAGING_KEY_CHARS, build_dir, env_prefix
 from acceldeploy.serving.backends import BACKENDS
 from acceldeploy.serving.hostplan import DEFAULT_MODELS_ROOT, ENV_KEYS
@@ -36,13 +38,9 @@ CHOICES = {
 # A service already taken out of the inventory: looked for on every serving host.
 DROPPED = "acceldeploy_remove_dropped"
 NODE_PREFIXES = ("", *(backend.unit_prefix for backend in BACKENDS.values()))
-# What else acceldeploy put on a serving host: its helpers, secrets, rollback copies and the
-# hub clients' venv and wheels.
-WHOLE_HOST_DIRS = ("vllm_service_launcher_dir", "vllm_service_secret_dir",
-                   "vllm_service_last_good_dir", "model_weights_venv",
-                   "model_weights_host_wheels")  # fmt: skip
-# The variables the plan reads from each host (a role's default where the inventory is silent).
-HOST_VARS = (
+# The variables the plan reads from each host (a role's default where the inventory is silent):
+# its own, and what the roles' contracts read to say what they left on the host.
+HOST_VARS = tuple(dict.fromkeys((
     "acceldeploy_platform",
     "acceldeploy_services",
     "acceldeploy_models_root",
@@ -55,7 +53,9 @@ HOST_VARS = (
     "model_weights_strategy",
     "model_weights_seed_host",
     "model_weights_shared_storage",
-)
+    "monitor_libexec_dir",
+    *VIEW_KEYS,
+)))  # fmt: skip
 EXAMPLE = "-e acceldeploy_remove_service=qwen3-vl"
 
 
@@ -138,6 +138,15 @@ def _layout(view: Mapping[str, Any]) -> UnitLayout:
     )
 
 
+def _scope(host: str, view: Mapping[str, Any]) -> Scope:
+    """The host's variables as its roles see them: the inventory's, else the role's default."""
+
+    def read(name: str) -> Any:
+        return view[name] if name in view else value(view, name)
+
+    return Scope(host, read, {host: view}, {})
+
+
 def _in_use_files(view: Mapping[str, Any]) -> list[str]:
     return _layout(view).launch_globs()
 
@@ -185,10 +194,9 @@ class _Fleet:
         records = [_record("vllm_service")]
         records += [_record("model_weights")] if candidates else []
         records += [_record("python_env")] if envs else []
-        if whole:
-            units += sorted(record.NODE_UNITS)  # what a host runs for the monitor goes with it
-            files += list(record.NODE_UNIT_FILES)
-            dirs += [str(value(view, var)) for var in WHOLE_HOST_DIRS]
+        if whole:  # and what every role left on the host
+            left = host_leaves(_scope(host, view))
+            units, files, dirs = units + left["units"], files + left["files"], dirs + left["trees"]
             records = [RECORD_DIR]
         return HostRemoval(
             units=units, files=files, dirs=dirs, models=sorted(set(candidates)), envs=envs,

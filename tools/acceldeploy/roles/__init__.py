@@ -20,7 +20,8 @@ from acceldeploy.roles import (
     python_env,
     vllm_service,
 )
-from acceldeploy.roles.contract import Contract, Facts, Footprint, footprint
+from acceldeploy.roles.contract import FOOTPRINT_KINDS, Contract, Facts, Footprint, footprint
+from acceldeploy.roles.contract import leaves as role_leaves
 
 CONTRACTS: dict[str, Contract] = {
     module.CONTRACT.role: module.CONTRACT
@@ -68,5 +69,12 @@ def owned(role: str, scope: Scope) -> Footprint:
     return footprint(contract(role), scope)
 
 
-__all__ = ["CONTRACTS", "Contract", "Scope", "contract", "has_part", "owned", "plan",
-           "state_inputs"]  # fmt: skip
+def host_leaves(scope: Scope) -> Footprint:
+    """What every role leaves on the scope's serving host beyond its services' own files: what
+    a whole host's removal takes (playbooks/remove.yml)."""
+    every = [role_leaves(chosen, scope) for chosen in CONTRACTS.values()]
+    return {kind: [item for part in every for item in part[kind]] for kind in FOOTPRINT_KINDS}
+
+
+__all__ = ["CONTRACTS", "Contract", "Scope", "contract", "has_part", "host_leaves", "owned",
+           "plan", "state_inputs"]  # fmt: skip

@@ -27,11 +27,20 @@ class Contract:
     # Every input of what the role writes: another value, and the role runs in full once.
     state_inputs: Callable[[Scope], Any] | None = None
     footprint: Callable[[Scope], Mapping[str, Any]] | None = None
+    # What the role leaves on a serving host beyond its services' own files (those go with the
+    # service: serving/layout.py): a whole host's removal takes it. {files, trees, units}.
+    leaves: Callable[[Scope], Mapping[str, Any]] | None = None
 
 
 def footprint(contract: Contract, scope: Scope) -> Footprint:
     """The contract's footprint on the scope's host, every kind present ([] for none)."""
-    if contract.footprint is None:
-        return {kind: [] for kind in FOOTPRINT_KINDS}
-    owned = contract.footprint(scope)
+    return _kinds(contract.footprint(scope) if contract.footprint else {})
+
+
+def leaves(contract: Contract, scope: Scope) -> Footprint:
+    """What the contract's role leaves on the scope's serving host, every kind present."""
+    return _kinds(contract.leaves(scope) if contract.leaves else {})
+
+
+def _kinds(owned: Mapping[str, Any]) -> Footprint:
     return {kind: [str(item) for item in owned.get(kind) or []] for kind in FOOTPRINT_KINDS}

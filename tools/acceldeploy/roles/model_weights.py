@@ -82,4 +82,9 @@ def footprint(scope: Scope) -> dict[str, Any]:
     )
 
 
-CONTRACT = Contract(ROLE, plan, {"job": job}, state_inputs, footprint)
+def leaves(scope: Scope) -> dict[str, list[str]]:
+    """The hub clients' environment and their wheels (the weights go by revision)."""
+    return {"trees": [str(scope[f"{ROLE}_venv"]), str(scope[f"{ROLE}_host_wheels"])]}
+
+
+CONTRACT = Contract(ROLE, plan, {"job": job}, state_inputs, footprint, leaves)

@@ -29,6 +29,10 @@ def host_view(hostvars: Any) -> dict[str, Any]:
     return dict(plain(targets.host_view(hostvars)))
 
 
+def device_exporter(scope: Scope) -> dict[str, Any]:
+    return device_exporters.plan(scope.host, host_view(scope.of(scope.host)))
+
+
 def node(scope: Scope) -> dict[str, Any]:
     """This host's part (every host's): its device exporter, the units that run vLLM here
     (their memory, and node exporter's systemd collector), the address node exporter listens
@@ -38,9 +42,7 @@ def node(scope: Scope) -> dict[str, Any]:
         "acceldeploy_services": scope.get("acceldeploy_services", []),
     }
     return {
-        "monitor_device_exporter": device_exporters.plan(
-            scope.host, host_view(scope.of(scope.host))
-        ),
+        "monitor_device_exporter": device_exporter(scope),
         "monitor_host_units": targets.host_units(scope.host, own),
         "monitor_node_address": hostplan.addresses([scope.host], scope.inventory)[0],
         "monitor_scrapers": hostplan.addresses(scope.group(GROUP), scope.inventory),
@@ -91,4 +93,8 @@ def footprint(scope: Scope) -> dict[str, list[str]]:
     return record.spec(scope[f"{ROLE}_device_exporter"], is_monitor(scope), paths)
 
 
-CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint)
+def leaves(scope: Scope) -> dict[str, list[str]]:
+    return record.node_owned(device_exporter(scope), str(scope[f"{ROLE}_libexec_dir"]))
+
+
+CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint, leaves=leaves)

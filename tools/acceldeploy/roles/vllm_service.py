@@ -102,4 +102,10 @@ def footprint(scope: Scope) -> dict[str, list[str]]:
     return {"files": [str(f) for f in files], "units": [f"{u['name']}.service" for u in units]}
 
 
-CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint)
+def leaves(scope: Scope) -> dict[str, list[str]]:
+    """Its helpers' and launchers' directory, the secrets and the rollback copies."""
+    dirs = layout(scope)
+    return {"trees": [dirs.launcher_dir, dirs.secret_dir, dirs.last_good_dir]}
+
+
+CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint, leaves=leaves)
