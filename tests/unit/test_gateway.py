@@ -18,8 +18,10 @@ import jinja2
 import pytest
 import yaml
 
+from acceldeploy import roles
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway.plan import Settings, backend_keys, plan, targets
+from acceldeploy.inventory.scope import Scope
 from acceldeploy.verify.gateway import _server_checks, server_states
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "gateway"
@@ -84,8 +86,6 @@ def test_a_listed_server_must_be_one_the_service_has() -> None:
 @pytest.mark.parametrize(
     "frontends, settings, says",
     [
-        ([{"service": "qwen3-vl", "port": 9001}], Settings(stats_port=9001),
-         "gateway_frontends[0].port 9001 is also gateway_stats_port"),
         ([{"service": "other", "port": 9001}], Settings(),
          "gateway_frontends[0].service 'other': no serving host runs it (acceldeploy_services "
          "has qwen3-vl)"),
@@ -118,12 +118,25 @@ def test_misconfigured_frontends_are_refused_by_name(
     assert says in str(error.value)
 
 
-def test_two_models_on_one_port_are_refused() -> None:
+@pytest.mark.parametrize(
+    ("frontends", "stats_port", "says"),
+    [
+        ([{"service": "qwen3-vl", "port": 9001}], 9001,
+         r"^gw: gateway_frontends\[0\]\.port 9001 is also gateway_stats_port"),
+        ([{"service": "qwen3-vl", "port": 9001}, {"service": "other", "port": 9001}], 9000,
+         r"^gw: gateway_frontends\[1\]\.port 9001 is also gateway_frontends\[0\]\.port"),
+    ],
+)  # fmt: skip
+def test_two_of_haproxy_s_listeners_on_one_port_are_refused_by_the_host_s_port_check(
+    frontends: list[dict[str, Any]], stats_port: int, says: str
+) -> None:
     fleet = serving(lab1=[service(), service(name="other", port=8002)])
-    frontends = [{"service": "qwen3-vl", "port": 9001}, {"service": "other", "port": 9001}]
-    with pytest.raises(AcceldeployError, match=r"gateway_frontends\[1\]\.port 9001 is also "
-                       r"gateway_frontends\[0\]\.port"):  # fmt: skip
-        plan(frontends, fleet, GW)
+    assert plan(frontends, fleet, GW, Settings(stats_port=stats_port))  # its own inputs pass
+    gateway = {"group_names": ["gateways"], "gateway_frontends": frontends,
+               "gateway_stats_port": stats_port}  # fmt: skip
+    scope = Scope.of_values("gw", gateway, {"gw": gateway}, {"gateways": ["gw"]})
+    with pytest.raises(AcceldeployError, match=says):
+        roles.check_ports(scope)
 
 
 def test_a_public_gateway_with_client_keys_or_told_so_is_accepted() -> None:

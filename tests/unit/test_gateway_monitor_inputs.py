@@ -19,10 +19,12 @@ import pytest
 import yaml
 from playbook_report import lab_inventory
 
+from acceldeploy import roles
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan
 from acceldeploy.inventory import bounds, durations
 from acceldeploy.inventory.roledefaults import role_defaults
+from acceldeploy.inventory.scope import Scope
 from acceldeploy.monitor import rules, targets
 from acceldeploy.serving import selection
 
@@ -50,6 +52,17 @@ def gateway_plan(every: dict[str, dict[str, Any]], gateway: str) -> list[plan.Fr
     own = {h: hv.get("acceldeploy_services") for h, hv in every.items() if plan.is_gateway(hv)}
     hv = every[gateway]
     return plan.plan(hv["gateway_frontends"], serving, gateways, plan.settings(hv), own)
+
+
+def check_ports(every: dict[str, dict[str, Any]]) -> None:
+    """The one check of a host's ports (roles.check_ports) on every host of the fleet, as the
+    monitor's plan runs it on the hosts it scrapes and a gateway's on itself."""
+    groups: dict[str, list[str]] = {}
+    for host, hv in every.items():
+        for group in hv.get("group_names") or []:
+            groups.setdefault(group, []).append(host)
+    for host, hv in every.items():
+        roles.check_ports(Scope.of_values(host, hv, every, groups))
 
 
 def refused(call: Any, *args: Any) -> str:
@@ -242,7 +255,7 @@ def test_an_exporter_on_a_port_its_host_already_has_is_refused(
     tmp_path: Path, extra: dict[str, Any], says: str
 ) -> None:
     _, every = lab(tmp_path, **extra)
-    assert refused(targets.targets, every).startswith(says)
+    assert refused(check_ports, every).startswith(says)
 
 
 def test_the_same_port_on_a_host_that_does_not_run_it_passes(tmp_path: Path) -> None:
@@ -252,6 +265,7 @@ def test_the_same_port_on_a_host_that_does_not_run_it_passes(tmp_path: Path) -> 
                    lab2={"monitor_node_exporter_port": 9090},
                    lab4={"monitor_node_exporter_port": 8001})  # fmt: skip
     assert targets.targets(every)
+    check_ports(every)
 
 
 def example(tmp_path: Path, name: str) -> dict[str, dict[str, Any]]:
@@ -288,13 +302,13 @@ def test_the_examples_with_a_gateway_and_a_monitor_pass(tmp_path: Path, name: st
 def test_a_device_exporter_on_a_ray_port_or_on_node_exporters_is_refused(tmp_path: Path) -> None:
     every = example(tmp_path, "ascend-910b-2node")
     every["npu-02"]["monitor_npu_exporter_port"] = 6380
-    assert refused(targets.targets, every) == (
+    assert refused(check_ports, every) == (
         "npu-02: monitor_npu_exporter_port 6380 is also acceldeploy_services[0] (deepseek-r1)"
         ".cluster_port (the Ray metrics of service deepseek-r1, on cluster_port + 1) on this "
         "host: npu-exporter would listen on it too; give monitor_npu_exporter_port another port"
     )
     every["npu-02"]["monitor_npu_exporter_port"] = 9100
-    assert refused(targets.targets, every).startswith(
+    assert refused(check_ports, every).startswith(
         "npu-02: monitor_npu_exporter_port 9100 is also monitor_node_exporter_port (node "
         "exporter) on this host"
     )
@@ -337,8 +351,9 @@ def test_a_gateway_that_serves_as_well_fronts_its_own_service(tmp_path: Path) ->
 
 def test_a_gateway_frontend_on_the_port_of_its_own_service_is_refused(tmp_path: Path) -> None:
     frontends = [{"service": "qwen3-vl", "port": 8003}]
-    _, every = lab(tmp_path, lab3={"acceldeploy_serves": True, "gateway_frontends": frontends})
-    assert refused(gateway_plan, every, "lab3") == (
+    serving = {"acceldeploy_serves": True, "acceldeploy_platform": "cpu"}
+    _, every = lab(tmp_path, lab3={**serving, "gateway_frontends": frontends})
+    assert refused(check_ports, every) == (
         "lab3: gateway_frontends[0].port 8003 is also acceldeploy_services[0] (qwen3-vl).port "
         "(the API of service qwen3-vl) on this host: the gateway's qwen3-vl frontend would "
         "listen on it too; give gateway_frontends[0].port another port"
@@ -355,7 +370,7 @@ def test_a_monitor_that_serves_as_well_scrapes_its_own_service(tmp_path: Path) -
 def test_prometheus_on_the_port_of_the_monitors_own_service_is_refused(tmp_path: Path) -> None:
     serving = {"acceldeploy_serves": True, "acceldeploy_platform": "cpu"}
     _, every = lab(tmp_path, lab4={**serving, "monitor_prometheus_port": 8004})
-    assert refused(targets.targets, every) == (
+    assert refused(check_ports, every) == (
         "lab4: monitor_prometheus_port 8004 is also acceldeploy_services[0] (qwen3-vl).port "
         "(the API of service qwen3-vl) on this host: Prometheus would listen on it too; give "
         "monitor_prometheus_port another port"
@@ -371,7 +386,7 @@ def test_prometheus_on_the_gateways_port_is_refused_on_a_host_that_is_both(
     path.write_text(yaml.safe_dump(hosts))
     (tmp_path / "host_vars" / "lab3.yml").write_text("monitor_prometheus_port: 9000\n")
     every = selection.every_host(str(path))
-    assert refused(targets.targets, every).startswith(
+    assert refused(check_ports, every).startswith(
         "lab3: monitor_prometheus_port 9000 is also gateway_stats_port (the gateway's stats "
         "page) on this host"
     )
@@ -385,6 +400,7 @@ def test_the_fleets_services_a_gateway_or_monitor_inherits_pass(tmp_path: Path) 
     assert every["lab3"]["acceldeploy_services"] and every["lab4"]["acceldeploy_services"]
     assert [f.service for f in gateway_plan(every, "lab3")] == ["qwen3-vl"]
     assert targets.targets(every)
+    check_ports(every)
 
 
 # The defaults, and the roles' own plan as preflight runs it

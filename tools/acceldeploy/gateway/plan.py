@@ -11,7 +11,7 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import routing as routes
-from acceldeploy.inventory import bounds, groups, listeners, nonserving, roledefaults
+from acceldeploy.inventory import bounds, groups, nonserving, roledefaults
 from acceldeploy.serving.service import (
     LOOPBACK,
     WILDCARDS,
@@ -19,7 +19,6 @@ from acceldeploy.serving.service import (
     on_host,
     parse_services,
     reached_by,
-    service_listeners,
 )
 
 VAR = "gateway_frontends"
@@ -205,12 +204,6 @@ def plan(
         since = routes.haproxy_since(how)
         result.append(Frontend(str(name), port, bind, servers, how, balance, reads_body, since))
         published[name] = i
-    haproxy = listeners.gateway(frontends, settings.stats_port)
-    listeners.check(haproxy)
-    # A gateway that serves as well (acceldeploy_serves): its services' ports come first.
-    for host in sorted(gateways):
-        own = [s for hosts in served.values() for h, _, s in hosts if h == host]
-        listeners.check([*service_listeners(own, host), *haproxy], host)
     return result
 
 

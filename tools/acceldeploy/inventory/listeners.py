@@ -1,11 +1,11 @@
-"""What listens on a host's ports, and the one check that no two of them share one.
+"""What listens on a host's ports (a `Listener`: the port, the variable that sets it and what
+listens there), and the rule that no two of them share one (`check`: the later of two on one
+port is refused, naming both variables).
 
-Each role says what it opens (a `Listener`: the port, the variable that sets it and what
-listens there): SSH here, the services in serving (`service.service_listeners`, their
-backends' group ports too), the gateway's HAProxy here (`gateway`, read from the inventory as
-the gateway role reads it), the monitor's Prometheus and exporters in monitor.targets. `check`
-is the rule, whoever asks it: the later of two listeners on one port is refused, naming both
-variables.
+Each role's contract says what it opens (tools/acceldeploy/roles/<role>.py `listeners`), from
+the helpers here (sshd, HAProxy) and in serving and monitor; `roles.check_ports` is the one
+check of a host, over all of them. The services' own list is checked here too, when it is
+parsed.
 """
 
 from __future__ import annotations

@@ -71,6 +71,11 @@ class Scope:
         """Another host's variables (the inventory's and its facts), as hostvars gives them."""
         return self._hostvars[host]
 
+    def at(self, host: str) -> Scope:
+        """Another host of the inventory, read from its variables as hostvars gives them (the
+        inventory's and its facts; no role's defaults)."""
+        return Scope(host, self._hostvars[host].__getitem__, self._hostvars, self._groups)
+
     def hosts(self, names: Sequence[str]) -> dict[str, Mapping[str, Any]]:
         """{host: its variables} of the named hosts the inventory holds."""
         return {n: self._hostvars[n] for n in names if n in self._hostvars}

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import groups, listeners, nonserving, roledefaults
+from acceldeploy.inventory import groups, nonserving, roledefaults
 from acceldeploy.inventory.listeners import Listener
 from acceldeploy.monitor import device_exporters, rules
 from acceldeploy.planner.stacks import STACK_VAR, STACKS_FILE, host_stack, metric_names
 from acceldeploy.serving import cluster
-from acceldeploy.serving.service import parse_services, reached_by, service_listeners
+from acceldeploy.serving.service import host_services, reached_by
 
 GROUP = groups.MONITORS
 JOBS = ("vllm", "node", "ray", *device_exporters.EXPORTERS)
@@ -81,30 +81,19 @@ def exporters(hostvars: Mapping[str, Any]) -> list[tuple[str, str, int]]:
     return found
 
 
-def _services(host: str, hv: Mapping[str, Any]) -> list[Any]:
-    platform = str(hv.get("acceldeploy_platform") or "")
-    if not platform or not hv.get("acceldeploy_services") or not groups.serves(hv):
-        return []
-    try:
-        return parse_services(hv["acceldeploy_services"], platform)
-    except AcceldeployError as exc:
-        raise AcceldeployError(f"{host}: {exc}") from None
-
-
 def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
     """Every target the monitors scrape: all input checked."""
     monitors = {h: address(h, hv) for h, hv in every.items() if is_monitor(hv)}
     if not monitors:
         raise AcceldeployError("the monitors group is empty: list the monitor hosts in it")
-    found, parsed = [], {}
+    found: list[Target] = []
     for host, hv in sorted(every.items()):
         here = address(host, hv)
         device_exporters.plan(host, hv)  # its inputs refused here too, in preflight
         for job, _, port in exporters(hv):
             found.append(Target(job, here, port, (("host", host),)))
         platform = str(hv.get("acceldeploy_platform") or "")
-        parsed[host] = _services(host, hv)
-        for service in parsed[host]:
+        for service in host_services(host, hv):
             labels = (("host", host), ("service", service.name), ("platform", platform))
             if service.backend:
                 node = (("host", host), ("service", service.name))
@@ -120,23 +109,17 @@ def targets(every: Mapping[str, Mapping[str, Any]]) -> list[Target]:
         {host: hv.get("acceldeploy_services") for host, hv in every.items() if is_monitor(hv)},
         (hv.get("acceldeploy_services") for hv in every.values() if groups.serves(hv)),
     )
-    for host, hv in sorted(every.items()):
-        _own_ports(host, hv, parsed[host])
     return found
 
 
-def _own_ports(host: str, hostvars: Mapping[str, Any], services: list[Any]) -> None:
-    """Prometheus (on a monitor, which may serve as well) and each exporter on a port of its
-    own: none on a port the inventory already gives the host (SSH, its services and their
-    groups', a gateway's HAProxy), nor two on one."""
-    taken = [*listeners.ssh(hostvars), *service_listeners(services, host)]
-    if groups.in_group(hostvars, groups.GATEWAYS):
-        taken += listeners.gateway_of(hostvars)
+def own_listeners(hostvars: Mapping[str, Any]) -> list[Listener]:
+    """What the monitor role opens on a host: Prometheus on a monitor (which may serve as
+    well), then each exporter the monitors scrape there."""
     own = [Listener(port, var, LISTENERS[var]) for _, var, port in exporters(hostvars)]
     if is_monitor(hostvars):
         port = int(roledefaults.value(hostvars, PROMETHEUS_PORT))
         own.insert(0, Listener(port, PROMETHEUS_PORT, LISTENERS[PROMETHEUS_PORT]))
-    listeners.check([*taken, *own], host)
+    return own
 
 
 # The variable naming another stacks file (python_env's), as the hosts' other roles read it.
@@ -145,7 +128,7 @@ STACKS_FILE_VAR = "python_env_stacks_file"
 
 def _heads(host: str, hv: Mapping[str, Any]) -> list[Any]:
     """The host's services whose /metrics the monitors scrape here (a group's head only)."""
-    return [s for s in _services(host, hv) if not s.nodes or s.nodes[0] == host]
+    return [s for s in host_services(host, hv) if not s.nodes or s.nodes[0] == host]
 
 
 def _stack(host: str, hv: Mapping[str, Any]) -> dict[str, Any]:
@@ -205,7 +188,7 @@ def host_units(host: str, hostvars: Mapping[str, Any]) -> list[str]:
     """This host's units that run vLLM: each service's, and its node unit of a multi-node
     service (Ray's node, or a headless data-parallel rank)."""
     units = []
-    for service in _services(host, hostvars):
+    for service in host_services(host, hostvars):
         if cluster.runs_node_unit(service, host):
             units.append(f"{cluster.node_unit_name(service)}.service")
         if not service.nodes or service.nodes[0] == host:

@@ -9,6 +9,8 @@ are bounded in tools/acceldeploy/inventory/bounds.py, checked first by the contr
 from __future__ import annotations
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory import listeners
+from acceldeploy.inventory.listeners import Listener
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.roles import (
     ascend_runtime,
@@ -48,7 +50,10 @@ def plan(role: str, scope: Scope, part: str = "") -> Facts:
     variable and the fix); `part`: a later part of its plan."""
     chosen = contract(role)
     if not part:
-        return chosen.plan(scope)
+        facts = chosen.plan(scope)
+        for host in chosen.ports_checked(scope) if chosen.ports_checked else []:
+            check_ports(scope.at(host))
+        return facts
     if part not in chosen.parts:
         raise AcceldeployError(
             f"role {role} has no part {part!r}; known: {', '.join(chosen.parts)}"
@@ -69,6 +74,21 @@ def owned(role: str, scope: Scope) -> Footprint:
     return footprint(contract(role), scope)
 
 
+def host_listeners(scope: Scope) -> list[Listener]:
+    """Everything that listens on the scope's host: sshd, then each role's listeners, in the
+    order of CONTRACTS (the services, HAProxy, Prometheus and the exporters)."""
+    found = listeners.ssh(scope.of(scope.host))
+    for chosen in CONTRACTS.values():
+        found += chosen.listeners(scope) if chosen.listeners else []
+    return found
+
+
+def check_ports(scope: Scope) -> None:
+    """The one check of a host's ports: no two of its listeners on one port (the later one is
+    refused, naming both variables)."""
+    listeners.check(host_listeners(scope), scope.host)
+
+
 def host_leaves(scope: Scope) -> Footprint:
     """What every role leaves on the scope's serving host beyond its services' own files: what
     a whole host's removal takes (playbooks/remove.yml)."""
@@ -76,5 +96,5 @@ def host_leaves(scope: Scope) -> Footprint:
     return {kind: [item for part in every for item in part[kind]] for kind in FOOTPRINT_KINDS}
 
 
-__all__ = ["CONTRACTS", "Contract", "Scope", "contract", "has_part", "host_leaves", "owned",
-           "plan", "state_inputs"]  # fmt: skip
+__all__ = ["CONTRACTS", "Contract", "Scope", "check_ports", "contract", "has_part",
+           "host_leaves", "host_listeners", "owned", "plan", "state_inputs"]  # fmt: skip

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from acceldeploy.inventory.listeners import Listener
 from acceldeploy.inventory.scope import Scope
 
 Facts = dict[str, Any]
@@ -30,6 +31,13 @@ class Contract:
     # What the role leaves on a serving host beyond its services' own files (those go with the
     # service: serving/layout.py): a whole host's removal takes it. {files, trees, units}.
     leaves: Callable[[Scope], Mapping[str, Any]] | None = None
+    # What the role opens on the scope's host (each port, its variable, what listens there),
+    # read from the host's variables as the inventory gives them; roles.check_ports is the
+    # one check of a host's ports, over every role's.
+    listeners: Callable[[Scope], list[Listener]] | None = None
+    # The hosts whose ports the role's plan checks (roles.plan runs the one check on each): a
+    # gateway its own, a monitor every host it scrapes.
+    ports_checked: Callable[[Scope], list[str]] | None = None
 
 
 def footprint(contract: Contract, scope: Scope) -> Footprint:

@@ -7,7 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy.gateway import plan as gateway_plan
+from acceldeploy.inventory import groups
+from acceldeploy.inventory import listeners as ports
 from acceldeploy.inventory.ansible_adapter import plain
+from acceldeploy.inventory.listeners import Listener
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.roles.contract import Contract
 
@@ -89,4 +92,15 @@ def footprint(scope: Scope) -> dict[str, list[str]]:
     }  # fmt: skip
 
 
-CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint)
+def listeners(scope: Scope) -> list[Listener]:
+    """On a gateway: HAProxy's stats page, then each frontend."""
+    hostvars = scope.of(scope.host)
+    return ports.gateway_of(hostvars) if groups.in_group(hostvars, GROUP) else []
+
+
+def ports_checked(scope: Scope) -> list[str]:
+    return [scope.host]
+
+
+CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint,
+                    listeners=listeners, ports_checked=ports_checked)  # fmt: skip

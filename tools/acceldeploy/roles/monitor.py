@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from acceldeploy.inventory.ansible_adapter import plain
+from acceldeploy.inventory.listeners import Listener
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.monitor import dashboards, device_exporters, record, rules, targets
 from acceldeploy.roles.contract import Contract
@@ -97,4 +98,16 @@ def leaves(scope: Scope) -> dict[str, list[str]]:
     return record.node_owned(device_exporter(scope), str(scope[f"{ROLE}_libexec_dir"]))
 
 
-CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint, leaves=leaves)
+def listeners(scope: Scope) -> list[Listener]:
+    """Where the fleet has monitors: Prometheus on a monitor, then each exporter they scrape."""
+    return targets.own_listeners(scope.of(scope.host)) if scope.group(GROUP) else []
+
+
+def ports_checked(scope: Scope) -> list[str]:
+    """A monitor checks every host it scrapes (its exporters' ports are the monitor's
+    inputs)."""
+    return [str(h) for h in scope[f"{ROLE}_fleet_hosts"]] if is_monitor(scope) else []
+
+
+CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint, leaves=leaves,
+                    listeners=listeners, ports_checked=ports_checked)  # fmt: skip

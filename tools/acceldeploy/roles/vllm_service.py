@@ -12,10 +12,12 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.inventory.ansible_adapter import plain
+from acceldeploy.inventory.listeners import Listener
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.roles.contract import Contract
 from acceldeploy.serving import hostplan
 from acceldeploy.serving.layout import UnitLayout
+from acceldeploy.serving.service import host_services, service_listeners
 
 ROLE = "vllm_service"
 
@@ -108,4 +110,10 @@ def leaves(scope: Scope) -> dict[str, list[str]]:
     return {"trees": [dirs.launcher_dir, dirs.secret_dir, dirs.last_good_dir]}
 
 
-CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint, leaves=leaves)
+def listeners(scope: Scope) -> list[Listener]:
+    """Each service's API (on a group's head), then its group's ports."""
+    return service_listeners(host_services(scope.host, scope.of(scope.host)), scope.host)
+
+
+CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint, leaves=leaves,
+                    listeners=listeners)  # fmt: skip

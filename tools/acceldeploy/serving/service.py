@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from acceldeploy import secrets
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.inventory import listeners
+from acceldeploy.inventory import groups, listeners
 from acceldeploy.inventory.listeners import Listener
 from acceldeploy.modelref import ModelRef, label, parse_model, parse_model_ref
 from acceldeploy.planner import catalog
@@ -552,6 +552,18 @@ def parse_services(raw: Any, platform: str) -> list[Service]:
             seen[key] = s.name
     listeners.check(service_listeners(services))
     return services
+
+
+def host_services(host: str, hostvars: Mapping[str, Any]) -> list[Service]:
+    """The services a host of the inventory runs, parsed (none on a host that does not serve:
+    a gateway or monitor inherits the fleet's variables); a bad one refused naming the host."""
+    platform = str(hostvars.get("acceldeploy_platform") or "")
+    if not platform or not hostvars.get("acceldeploy_services") or not groups.serves(hostvars):
+        return []
+    try:
+        return parse_services(hostvars["acceldeploy_services"], platform)
+    except AcceldeployError as exc:
+        raise AcceldeployError(f"{host}: {exc}") from None
 
 
 def service_listeners(services: Iterable[Service], host: str | None = None) -> list[Listener]:
