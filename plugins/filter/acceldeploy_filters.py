@@ -10,7 +10,6 @@ from typing import Any
 from acceldeploy.inventory import groups
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.platforms import for_name
-from acceldeploy.runtimes import stacklock
 from acceldeploy.serving import cluster, hostplan
 from acceldeploy.state import drift
 
@@ -146,18 +145,6 @@ def acceldeploy_serves(group_names: Any, also_serves: Any = False) -> bool:
     )
 
 
-def acceldeploy_target_probe(inputs: Mapping[str, Any]) -> str:
-    """Preflight's first contact: the read-only shell probe for every interpreter in use and
-    the runtime's version files and tools (the stack lock)."""
-    return stacklock.probe_script(plain(dict(inputs)))
-
-
-def acceldeploy_target(stdout: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The probe's output -> the host's target facts and its stack lock, with every refusal
-    naming the fix."""
-    return stacklock.check(str(stdout), plain(dict(inputs)))
-
-
 def acceldeploy_whole_run(run_tags: Any, skip_tags: Any, check_mode: Any) -> bool:
     """ansible_run_tags | acceldeploy_whole_run(ansible_skip_tags, ansible_check_mode): whether
     this run may record its converge for the no-op path."""
@@ -196,8 +183,6 @@ class FilterModule:
             acceldeploy_run_pattern,
             acceldeploy_serves,
             acceldeploy_serving_hosts,
-            acceldeploy_target_probe,
-            acceldeploy_target,
             acceldeploy_whole_run,
             acceldeploy_verify_follows,
             acceldeploy_verify_stack_args,

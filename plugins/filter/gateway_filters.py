@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from acceldeploy.gateway import certificate
 from acceldeploy.inventory.ansible_adapter import filters
 from acceldeploy.roles import gateway
 
@@ -17,19 +16,6 @@ def gateway_backend_keys(hosts: Any, hostvars: Mapping[str, Any]) -> dict[str, s
     return gateway.backend_keys([str(h) for h in hosts], hostvars)
 
 
-def gateway_certificate_probe(path: str) -> str:
-    """gateway_tls_certificate | gateway_certificate_probe: the read-only shell of preflight."""
-    return certificate.probe(str(path))
-
-
-def gateway_certificate_errors(stdout: str, path: str, host: str) -> list[str]:
-    """probe stdout | gateway_certificate_errors(gateway_tls_certificate, inventory_hostname)"""
-    return certificate.errors(str(stdout or ""), str(path), str(host))
-
-
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return filters(
-            gateway_backend_keys, gateway_certificate_probe,
-            gateway_certificate_errors,
-        )  # fmt: skip
+        return filters(gateway_backend_keys)

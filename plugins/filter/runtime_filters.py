@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy import runtimes
-from acceldeploy.downloads import wheelcache
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.runtimes import envfanout
 
@@ -18,11 +17,6 @@ from acceldeploy.runtimes import envfanout
 def runtime_service_devices(services: Sequence[Mapping[str, Any]] | None) -> list[int]:
     """acceldeploy_services | runtime_service_devices: every device id the services use."""
     return runtimes.service_devices(plain(list(services or [])))
-
-
-def gaudi_runtime_hccl_argv(stack: Mapping[str, Any], options: Mapping[str, Any]) -> list[str]:
-    """stack | gaudi_runtime_hccl_argv(options): the docker run of seed 004's hccl_demo"""
-    return runtimes.gaudi_hccl_argv(plain(stack), plain(options))
 
 
 def gaudi_runtime_daemon_json(text: str, name: str = "habana", path: str = "") -> str:
@@ -85,40 +79,6 @@ def python_env_record_key(record_text: str) -> str:
     return runtimes.record_key(str(record_text))
 
 
-def python_env_wheel_fetch_argv(
-    spec: Mapping[str, Any],
-    cache: str,
-    target: Mapping[str, Any],
-    controller_python: str,
-    stacks_file: str = "",
-) -> list[str]:
-    """python_env_spec | python_env_wheel_fetch_argv(cache, preflight_target,
-    ansible_playbook_python, python_env_stacks_file): the command that adds the wheels of the
-    host's cpu stack (its vLLM version and lock) for its venv's CPython to ``<cache>/wheels``
-    (the acceldeploy package is importable there: Ansible's own Python imports it for these
-    filters)."""
-    wanted = target.get("stack_wheels") or {}
-    return wheelcache.fetch_argv(
-        plain(spec), str(cache), str(wanted.get("python", "")), str(controller_python),
-        str(stacks_file or "") or None,
-    )  # fmt: skip
-
-
-def python_env_wheel_errors(
-    spec: Mapping[str, Any],
-    cache: str,
-    target: Mapping[str, Any],
-    controller_python: str,
-    stacks_file: str = "",
-) -> list[str]:
-    """python_env_spec | python_env_wheel_errors(cache, preflight_target, ansible_playbook_python,
-    python_env_stacks_file): what ``<cache>/wheels`` lacks for the host's venv interpreter,
-    naming the command that adds it."""
-    argv = python_env_wheel_fetch_argv(spec, cache, target, controller_python, stacks_file)
-    command = f"PYTHONPATH=tools {' '.join(argv)}"
-    return wheelcache.stack_wheel_errors(plain(spec), str(cache), plain(target), command)
-
-
 def python_env_fanout_plan(
     hosts: Sequence[Mapping[str, Any]], enabled: bool = True
 ) -> dict[str, Any]:
@@ -138,7 +98,6 @@ class FilterModule:
         return filters(
             runtime_service_devices,
             ascend_runtime_check,
-            gaudi_runtime_hccl_argv,
             gaudi_runtime_daemon_json,
             gaudi_runtime_check,
             gaudi_runtime_hccl,
@@ -148,7 +107,5 @@ class FilterModule:
             python_env_fact,
             python_env_record_key,
             python_env_wheelhouse_only,
-            python_env_wheel_fetch_argv,
-            python_env_wheel_errors,
             python_env_fanout_plan,
         )

@@ -159,7 +159,7 @@ def test_plan_render_the_unit_and_preflight_show_one_gaudi_argv():
     # a role's task is named "<role> : <task>"
     stopped = [t["task"]["name"] for t in tasks if t["hosts"]["hpu-01"].get("unreachable")]
     assert [name.rpartition(" : ")[2] for name in stopped] == [
-        "First contact - release, systemd, glibc, each interpreter, the stack's driver and CANN (read-only)"
+        "First contact - release, systemd, glibc, each interpreter, the stack's versions (read-only; fails naming the fix)"
     ]
     shown = [
         task["hosts"]["hpu-01"]

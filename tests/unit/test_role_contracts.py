@@ -4,6 +4,7 @@ its no-op key covers and what it owns: the roles' tasks run it through one actio
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,75 @@ def test_every_input_a_contract_names_is_a_variable_its_role_declares() -> None:
     for module in (python_env, host_tuning, ascend_runtime, gaudi_runtime):
         for name in (*module.INPUTS, *getattr(module, "FLAGS", ())):
             assert f"{module.ROLE}_{name}" in declared, (module.ROLE, name)
+
+
+def test_a_host_s_ports_are_every_role_s_listeners_in_one_check() -> None:
+    """sshd, then the services (and their groups' ports), HAProxy on a gateway, Prometheus and
+    the exporters where the fleet has monitors: one list, one check, naming both variables."""
+    services = [{"name": "a", "model": "acceldeploy/tiny-qwen3-vl", "port": 8001},
+                {"name": "g", "model": "acceldeploy/tiny-qwen3-vl", "port": 8002,
+                 "nodes": ["both", "other"], "backend": "mp", "cluster_port": 13345}]  # fmt: skip
+    both = {"group_names": ["gateways", "monitors"], "acceldeploy_serves": True,
+            "acceldeploy_platform": "cpu", "acceldeploy_services": services,
+            "ansible_host": "10.0.0.1", "ansible_port": 2201,
+            "gateway_frontends": [{"service": "a", "port": 9001}]}  # fmt: skip
+    groups = {"gateways": ["both"], "monitors": ["both"]}
+    scope = Scope.of_values("both", both, {"both": both}, groups)
+    found = [(listener.port, listener.var) for listener in roles.host_listeners(scope)]
+    assert found == [
+        (2201, "ansible_port"), (8001, "acceldeploy_services[0] (a).port"),
+        (8002, "acceldeploy_services[1] (g).port"),
+        (13345, "acceldeploy_services[1] (g).cluster_port"), (9001, "gateway_frontends[0].port"),
+        (9090, "monitor_prometheus_port"), (9100, "monitor_node_exporter_port"),
+    ]  # fmt: skip
+    roles.check_ports(scope)
+    clash = {**both, "monitor_node_exporter_port": 8001}
+    with pytest.raises(AcceldeployError, match=r"^both: monitor_node_exporter_port 8001 is also "
+                       r"acceldeploy_services\[0\] \(a\)\.port"):  # fmt: skip
+        roles.check_ports(Scope.of_values("both", clash, {"both": clash}, groups))
+    alone = Scope.of_values("both", clash, {"both": clash}, {})  # no monitors: no exporters
+    assert [listener.var for listener in roles.host_listeners(alone)][-1] == (
+        "gateway_frontends[0].port"
+    )
+
+
+def test_the_hub_clients_wheel_sets_are_planned_once_for_the_play(tmp_path: Path) -> None:
+    """model_weights's part wheels (roles/model_weights/tasks/prepare.yml): one set per Python,
+    architecture and glibc the hosts' first contact found, named by the lock's sha1 as the
+    controllers' caches already are; a download only for a set the cache lacks; offline, that
+    one refused naming the command."""
+    lock = tmp_path / "fetch.txt"
+    lock.write_text("huggingface-hub==1.0\n\n")
+    digest = hashlib.sha1(b"huggingface-hub==1.0").hexdigest()
+    cp311 = {"key": "cp311-x86_64-glibc2.36", "python": "3.11", "arch": "x86_64", "glibc": 36}
+    cp39 = {"key": "cp39-x86_64-glibc2.31", "python": "3.9", "arch": "x86_64", "glibc": 31}
+    hostvars = {host: {"preflight_target": {"fetch_wheels": found}}
+                for host, found in (("a", cp311), ("b", cp311), ("c", cp39))}  # fmt: skip
+    (tmp_path / f"{cp39['key']}-{digest}").mkdir()
+    values = {
+        "model_weights_versions_file": str(lock), "model_weights_wheels_cache": str(tmp_path),
+        "model_weights_find_links": "", "ansible_play_hosts": ["a", "b", "c"],
+        "ansible_playbook_python": "/usr/bin/python3",
+        "model_weights_pip_download_args": ["--retries=9"],
+    }  # fmt: skip
+
+    def wheels(**extra: object) -> dict:
+        scope = Scope.of_values("a", {**values, **extra}, hostvars)
+        return roles.plan("model_weights", scope, "wheels")
+
+    facts = wheels()
+    assert facts["model_weights_versions_sha1"] == digest
+    assert facts["model_weights_wheel_sets"] == [cp311, cp39]
+    dest = f"{tmp_path}/{cp311['key']}-{digest}"
+    assert facts["model_weights_wheel_downloads"] == [{"key": cp311["key"], "dest": dest, "argv": [
+        "/usr/bin/python3", "-m", "acceldeploy.downloads.fetchlock", "download", "--python",
+        "3.11", "--arch", "x86_64", "--glibc", "36", "--lock", str(lock), "--dest", dest,
+        "--pip-arg=--retries=9"]}]  # fmt: skip
+    with pytest.raises(AcceldeployError, match=r"^acceldeploy_offline is true and the controller "
+                       r"has no hub-client wheels for cp311-x86_64-glibc2\.36 under .*"
+                       r"--dest \S+ --pip-arg=--retries=9` and copy"):  # fmt: skip
+        wheels(acceldeploy_offline=True)
+    assert wheels(acceldeploy_offline=False)["model_weights_wheel_downloads"]
+    assert (
+        wheels(model_weights_find_links="http://127.0.0.1:8091/")["model_weights_wheel_sets"] == []
+    )

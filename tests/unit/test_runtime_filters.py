@@ -16,13 +16,10 @@ FILTERS = [
     "gaudi_runtime_daemon_json",
     "gaudi_runtime_fact",
     "gaudi_runtime_hccl",
-    "gaudi_runtime_hccl_argv",
     "python_env_fact",
     "python_env_fanout_plan",
     "python_env_record_key",
     "python_env_verify",
-    "python_env_wheel_errors",
-    "python_env_wheel_fetch_argv",
     "python_env_wheelhouse_only",
     "runtime_service_devices",
 ]

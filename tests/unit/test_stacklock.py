@@ -430,7 +430,7 @@ def test_preflight_refuses_at_first_contact_before_any_change(tmp_path: Path) ->
         "Preflight - first contact with each host, then the controller's downloads",
     ]
     assert all(s["changed"] == 0 and s["unreachable"] == 0 for s in data["stats"].values())
-    first_contact = "A supported target, with every interpreter the stages use and the stack's versions (fails naming the fix)"  # fmt: skip
+    first_contact = "First contact - release, systemd, glibc, each interpreter, the stack's versions (read-only; fails naming the fix)"  # fmt: skip
     failed = {
         host: str(result.get("msg", ""))
         for task in data["plays"][-1]["tasks"]

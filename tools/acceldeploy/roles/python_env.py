@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from acceldeploy import runtimes
-from acceldeploy.downloads import wheelhouse
+from acceldeploy.downloads import wheelcache, wheelhouse
+from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.roles.contract import Contract
@@ -53,4 +54,35 @@ def footprint(scope: Scope) -> dict[str, list[str]]:
     )
 
 
-CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint)
+def wheels(scope: Scope) -> dict[str, Any]:
+    """The controller's part, after the first contact: what its wheel cache
+    (python_env_wheel_cache) lacks to install this host's cpu stack with its venv's interpreter
+    (preflight_target's stack_wheels), and the command that adds it."""
+    spec, cache = scope[f"{ROLE}_spec"], str(scope[f"{ROLE}_wheel_cache"])
+    target = plain(scope.get("preflight_target") or {})
+    wanted = target.get("stack_wheels") or {}
+    argv = wheelcache.fetch_argv(
+        spec, cache, str(wanted.get("python", "")), str(scope["ansible_playbook_python"]),
+        str(scope[f"{ROLE}_stacks_file"] or "") or None,
+    )  # fmt: skip
+    command = f"PYTHONPATH=tools {' '.join(argv)}"
+    return {
+        "python_env_wheels_missing": wheelcache.stack_wheel_errors(spec, cache, target, command),
+        "python_env_wheels_fetch": argv,
+    }
+
+
+def wheels_present(scope: Scope) -> dict[str, Any]:
+    """After the fetch: nothing is missing any more (refused naming the wheel and the
+    command that adds it)."""
+    missing = wheels(scope)["python_env_wheels_missing"]
+    if missing:
+        offline = scope.get("acceldeploy_offline") is not None and scope.flag("acceldeploy_offline")
+        raise AcceldeployError(
+            ("acceldeploy_offline is true and " if offline else "") + "; ".join(missing)
+        )
+    return {}
+
+
+CONTRACT = Contract(ROLE, plan, {"wheels": wheels, "wheels_present": wheels_present},
+                    state_inputs=state_inputs, footprint=footprint)  # fmt: skip
