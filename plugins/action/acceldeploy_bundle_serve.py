@@ -1,5 +1,8 @@
-"""Serve an offline bundle (acceldeploy_bundle) to the hosts for this ansible-playbook run:
-the controller's read-only server (acceldeploy.bundle.server) bound to one address, with a
+"""Check an offline bundle (acceldeploy_bundle) against the hosts of the run, then serve it to
+them for this ansible-playbook run. The check (acceldeploy.bundle.check, given `hosts` and the
+`inventory` they come from) fails naming what the bundle lacks for them or what in it is
+damaged, each with the fix, and re-hashes only what changed. The server is the controller's
+read-only one (acceldeploy.bundle.server) bound to one address, with a
 fresh token for the models (passed on stdin, never in argv), and tied to this run's
 ansible-playbook process: it exits within a second of it, whether the play ends, fails or is
 interrupted. Returns the URL and the path of a 0600 file holding the token, which the server
@@ -19,7 +22,10 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from acceldeploy.bundle import server
+from acceldeploy.bundle import check, manifest, server
+from acceldeploy.downloads import wheelhouse
+from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory.hostvars import hosts_vars
 
 START_TIMEOUT = 20.0
 
@@ -32,6 +38,18 @@ def _answers(url: str) -> bool:
         return False
 
 
+def bundle_errors(bundle: str, hosts: list[str], inventory: str) -> list[str]:
+    """What the bundle lacks for these hosts of the inventory, or what in it is damaged."""
+    directory = Path(bundle)
+    if not directory.is_absolute():
+        return [f"acceldeploy_bundle {bundle!r}: give the bundle directory's absolute path"]
+    try:
+        views = hosts_vars(inventory, ",".join(hosts))
+        return check.errors(directory, views, inventory, wheelhouse.cache_dir() / manifest.HASHES)
+    except AcceldeployError as exc:
+        return [f"acceldeploy_bundle: {exc}"]
+
+
 class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -39,6 +57,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = self._task.args
+        errors = bundle_errors(str(args["bundle"]), [str(h) for h in args.get("hosts") or []],
+                               str(args.get("inventory") or ""))  # fmt: skip
+        if errors:
+            return {**result, "failed": True, "msg": "; ".join(errors)}
         bundle = Path(str(args["bundle"]))
         try:
             listen = server.check_listen(str(args.get("listen") or ""))

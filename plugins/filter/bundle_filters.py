@@ -7,29 +7,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.bundle import check, hostclass, manifest
-from acceldeploy.downloads import wheelhouse
+from acceldeploy.bundle import check, hostclass
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.fetch.common import ModelSpec
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.inventory.hostvars import hosts_vars
-
-
-def _hash_cache() -> Path:
-    return wheelhouse.cache_dir() / manifest.HASHES
-
-
-def acceldeploy_bundle_errors(bundle: str, play_hosts: Sequence[str], inventory: str) -> list[str]:
-    """acceldeploy_bundle | acceldeploy_bundle_errors(ansible_play_hosts, inventory): what the
-    bundle lacks for these hosts, or what in it is damaged, each naming the fix."""
-    directory = Path(str(bundle))
-    if not directory.is_absolute():
-        return [f"acceldeploy_bundle {bundle!r}: give the bundle directory's absolute path"]
-    hosts = hosts_vars(str(inventory), ",".join(play_hosts))
-    try:
-        return check.errors(directory, hosts, str(inventory), _hash_cache())
-    except AcceldeployError as exc:
-        return [f"acceldeploy_bundle: {exc}"]
 
 
 def acceldeploy_bundle_probe_errors(targets: Mapping[str, Any], inventory: str) -> list[str]:
@@ -57,6 +39,4 @@ def acceldeploy_bundle_listings(bundle: str, specs: Sequence[Mapping[str, Any]])
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return filters(
-            acceldeploy_bundle_errors, acceldeploy_bundle_probe_errors, acceldeploy_bundle_listings
-        )
+        return filters(acceldeploy_bundle_probe_errors, acceldeploy_bundle_listings)
