@@ -11,13 +11,11 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from acceldeploy.downloads import weights
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.roles import vllm_service
 from acceldeploy.serving import crash
-from acceldeploy.serving.layout import UnitLayout
-from acceldeploy.state import prune, switch
+from acceldeploy.state import switch
 
 
 def vllm_service_secret_env(services: list[dict[str, Any]], name: str) -> str:
@@ -79,30 +77,6 @@ def vllm_service_rollback_files(restored: list[dict[str, Any]]) -> list[dict[str
         files += [{"path": unit["unit_path"], "mode": "0644"},
                   {"path": unit["launcher_path"], "mode": "0755"}]  # fmt: skip
     return files
-
-
-def vllm_service_model_prune_spec(
-    units: list[dict[str, Any]],
-    launcher_dir: str,
-    last_good_dir: str,
-    weights_job: dict[str, Any],
-    weights_settings: dict[str, Any],
-) -> dict[str, list[str]]:
-    """The host's units and this run's model_weights job -> acceldeploy_prune's patterns
-    (every revision of each model served here; none on shared storage, where other hosts
-    serve from them), current (the revisions the units serve from now on, and every one the
-    models stage keeps here: a seed's for the hosts it feeds) and the files whose text keeps
-    a revision (the launchers and their rollback copies)."""
-    paths = [str(u["launch"]["model_path"]) for u in units]
-    held = weights.kept_dirs(weights_job, str(weights_settings["root"]))
-    shared = bool(weights_settings.get("shared_storage"))
-    return {
-        "patterns": [] if shared else prune.revision_patterns(paths),
-        "current": sorted({*paths, *held}),
-        "in_use_files": UnitLayout(
-            launcher_dir=launcher_dir, last_good_dir=last_good_dir
-        ).launch_globs(),
-    }
 
 
 def vllm_service_switch_lines(units: list[dict[str, Any]], launchers: dict[str, str]) -> list[str]:
@@ -258,7 +232,6 @@ class FilterModule:
             "vllm_service_rollback_files": vllm_service_rollback_files,
             "vllm_service_failure_report": vllm_service_failure_report,
             "vllm_service_group_peers": vllm_service_group_peers,
-            "vllm_service_model_prune_spec": vllm_service_model_prune_spec,
             "vllm_service_set_files": vllm_service_set_files,
             "vllm_service_switch_lines": vllm_service_switch_lines,
             "vllm_service_switched_services": vllm_service_switched_services,

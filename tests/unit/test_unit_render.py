@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from unit_verify import verify_rendered
 
+from acceldeploy import roles
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.inventory.scope import Scope
@@ -666,15 +667,18 @@ def test_a_group_rolls_back_as_one() -> None:
 
 
 def test_model_prune_spec_covers_the_revisions_of_the_served_models() -> None:
-    import runpy
-
-    plugin = runpy.run_path(
-        str(Path(__file__).resolve().parents[2] / "plugins/filter/vllm_service_filters.py")
-    )
+    """vllm_service's contract, part prune (roles/vllm_service/tasks/prune.yml)."""
     units = [{"launch": {"model_path": "/models/Qwen/VL@r2"}},
              {"launch": {"model_path": "/models/Qwen/VL@r1"}},
              {"launch": {"model_path": "/srv/own-model"}}]  # fmt: skip
-    spec = plugin["vllm_service_model_prune_spec"]
+
+    def spec(units: list, launchers: str, good: str, job: dict, settings: dict) -> dict:
+        values = {"vllm_service_units": units, "vllm_service_launcher_dir": launchers,
+                  "vllm_service_secret_dir": "/etc/a", "vllm_service_last_good_dir": good,
+                  "model_weights_job": job, "model_weights_info": {"settings": settings}}  # fmt: skip
+        planned = roles.plan("vllm_service", Scope.of_values("lab1", values), "prune")
+        return dict(planned["vllm_service_model_revisions"])
+
     # a seed host keeps the revision it feeds to others (its models job) whatever it serves
     job = {"hub": [{"model": "Qwen/VL", "revision": "r0"}], "pull": [], "verify": []}
     settings = {"root": "/models", "shared_storage": False}

@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from acceldeploy.downloads import weights
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.inventory.ansible_adapter import plain
@@ -18,6 +19,7 @@ from acceldeploy.roles.contract import Contract
 from acceldeploy.serving import hostplan
 from acceldeploy.serving.layout import UnitLayout
 from acceldeploy.serving.service import host_services, service_listeners
+from acceldeploy.state.prune import revision_patterns as prune_revisions
 
 ROLE = "vllm_service"
 
@@ -110,10 +112,26 @@ def leaves(scope: Scope) -> dict[str, list[str]]:
     return {"trees": [dirs.launcher_dir, dirs.secret_dir, dirs.last_good_dir]}
 
 
+def prune(scope: Scope) -> dict[str, Any]:
+    """Once every batch passed its gate, on a host this run switched: acceldeploy_prune's
+    patterns (every revision of each model served here; none on shared storage, where other
+    hosts serve from them), what stays (the revisions the units serve from now on, and every
+    one the models stage keeps here: a seed's for the hosts it feeds) and the files whose text
+    keeps a revision (the launchers and their rollback copies)."""
+    paths = [str(unit["launch"]["model_path"]) for unit in scope[f"{ROLE}_units"]]
+    settings = scope["model_weights_info"]["settings"]
+    held = weights.kept_dirs(scope["model_weights_job"], str(settings["root"]))
+    return {"vllm_service_model_revisions": {
+        "patterns": [] if settings.get("shared_storage") else prune_revisions(paths),
+        "current": sorted({*paths, *held}),
+        "in_use_files": layout(scope).launch_globs(),
+    }}  # fmt: skip
+
+
 def listeners(scope: Scope) -> list[Listener]:
     """Each service's API (on a group's head), then its group's ports."""
     return service_listeners(host_services(scope.host, scope.of(scope.host)), scope.host)
 
 
-CONTRACT = Contract(ROLE, plan, state_inputs=state_inputs, footprint=footprint, leaves=leaves,
-                    listeners=listeners)  # fmt: skip
+CONTRACT = Contract(ROLE, plan, {"prune": prune}, state_inputs=state_inputs, footprint=footprint,
+                    leaves=leaves, listeners=listeners)  # fmt: skip
