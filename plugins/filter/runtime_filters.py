@@ -14,11 +14,6 @@ from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.runtimes import envfanout
 
 
-def runtime_service_devices(services: Sequence[Mapping[str, Any]] | None) -> list[int]:
-    """acceldeploy_services | runtime_service_devices: every device id the services use."""
-    return runtimes.service_devices(plain(list(services or [])))
-
-
 def gaudi_runtime_daemon_json(text: str, name: str = "habana", path: str = "") -> str:
     """daemon.json text | gaudi_runtime_daemon_json: with the habana runtime registered"""
     return runtimes.docker_daemon_with_runtime(
@@ -96,7 +91,6 @@ def python_env_fanout_plan(
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
-            runtime_service_devices,
             ascend_runtime_check,
             gaudi_runtime_daemon_json,
             gaudi_runtime_check,

@@ -21,7 +21,6 @@ FILTERS = [
     "python_env_record_key",
     "python_env_verify",
     "python_env_wheelhouse_only",
-    "runtime_service_devices",
 ]
 
 

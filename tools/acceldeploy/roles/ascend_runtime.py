@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from acceldeploy import runtimes
+from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.planner import stacks
 from acceldeploy.roles.contract import Contract
@@ -26,6 +27,9 @@ def plan(scope: Scope) -> dict[str, Any]:
     )  # fmt: skip
     inputs = {
         **scope.fields(ROLE, INPUTS),
+        "devices": runtimes.chosen_devices(
+            scope[f"{ROLE}_devices"], plain(scope.get("acceldeploy_services") or [])
+        ),
         **{name: scope.flag(f"{ROLE}_{name}") for name in FLAGS},
         "ascend_home": scope["ascend_runtime_home"],
         "download_dir": scope["ascend_runtime_image_download_dir"],

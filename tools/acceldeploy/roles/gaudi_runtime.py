@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from acceldeploy import runtimes
+from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.planner import stacks
 from acceldeploy.roles.contract import Contract
@@ -24,7 +25,13 @@ def plan(scope: Scope) -> dict[str, Any]:
         "gaudi", str(scope["gaudi_runtime_stack_name"] or ""),
         scope["gaudi_runtime_stacks_file"] or None,
     )  # fmt: skip
-    inputs = {**scope.fields(ROLE, INPUTS), "services": scope.get("acceldeploy_services", [])}
+    inputs = {
+        **scope.fields(ROLE, INPUTS),
+        "devices": runtimes.chosen_devices(
+            scope[f"{ROLE}_devices"], plain(scope.get("acceldeploy_services") or [])
+        ),
+        "services": scope.get("acceldeploy_services", []),
+    }
     options = runtimes.gaudi_options(inputs, stack)
     return {
         "gaudi_runtime_stack": stack,

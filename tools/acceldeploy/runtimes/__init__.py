@@ -37,7 +37,7 @@ from acceldeploy.runtimes.gaudi import (
     gaudi_hccl_argv,
     gaudi_options,
 )
-from acceldeploy.runtimes.probe import service_devices
+from acceldeploy.runtimes.probe import chosen_devices, service_devices
 from acceldeploy.runtimes.python_env import (
     RECORD_NAME,
     env_prefix,
@@ -54,6 +54,7 @@ __all__ = [
     "ascend_check",
     "ascend_fact",
     "ascend_options",
+    "chosen_devices",
     "docker_daemon_with_runtime",
     "env_prefix",
     "gaudi_check",

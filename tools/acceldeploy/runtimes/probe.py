@@ -110,3 +110,8 @@ def service_devices(services: list[dict[str, Any]] | None) -> list[int]:
             continue
         devices.update(d for d in service["devices"] if isinstance(d, int) and d >= 0)
     return sorted(devices)
+
+
+def chosen_devices(chosen: list[Any] | None, services: list[dict[str, Any]] | None) -> list[Any]:
+    """A runtime role's <role>_devices, or (unset) every device the host's services use."""
+    return service_devices(services) if chosen is None else list(chosen)
