@@ -10,19 +10,13 @@ from typing import Any
 from acceldeploy.inventory import groups
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.platforms import for_name
-from acceldeploy.serving import cluster, hostplan
+from acceldeploy.serving import cluster
 from acceldeploy.state import drift
 
 # The collection's root (this repository, or where ansible-galaxy installed it): the roles,
 # plugins and playbooks whose digest is part of every no-op key, the roles whose variables an
 # inventory may set.
 REPO = Path(__file__).resolve().parents[2]
-
-
-def acceldeploy_host_addresses(hosts: list[str], hostvars: Mapping[str, Any]) -> list[str]:
-    """groups['gateways'] | acceldeploy_host_addresses(hostvars): each host's address as
-    the other hosts reach it (acceldeploy_node_ip, else ansible_host)."""
-    return hostplan.addresses([str(h) for h in hosts], hostvars)
 
 
 def acceldeploy_rollout(
@@ -174,7 +168,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return filters(
             acceldeploy_runtime_role,
-            acceldeploy_host_addresses,
             acceldeploy_rollout,
             acceldeploy_gates_for_run,
             acceldeploy_gate_pings,

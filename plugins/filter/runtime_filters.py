@@ -64,12 +64,6 @@ def python_env_fact(plan: Mapping[str, Any], vllm_output: str = "") -> dict[str,
     return runtimes.python_env_fact(plain(plan), str(vllm_output or ""))
 
 
-def python_env_wheelhouse_only(platform: str) -> bool:
-    """python_env_platform | python_env_wheelhouse_only: python_env_no_index's default (true
-    where the platform's class says its stacks are wheel locks: cpu)."""
-    return runtimes.wheelhouse_only(str(platform or ""))
-
-
 def python_env_record_key(record_text: str) -> str:
     return runtimes.record_key(str(record_text))
 
@@ -100,6 +94,5 @@ class FilterModule:
             python_env_verify,
             python_env_fact,
             python_env_record_key,
-            python_env_wheelhouse_only,
             python_env_fanout_plan,
         )

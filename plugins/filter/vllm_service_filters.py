@@ -34,16 +34,6 @@ def vllm_service_auth_header(services: list[dict[str, Any]], name: str) -> dict[
     return {}
 
 
-def vllm_service_topology(gaudi_fact: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """gaudi_runtime's recorded modules [{module_id, numa, cpus}] as [{device, numa, cpus}]."""
-    modules = (gaudi_fact or {}).get("modules") or []
-    return [
-        {"device": m["module_id"], "numa": m.get("numa"), "cpus": m.get("cpus")}
-        for m in modules
-        if m.get("module_id") is not None
-    ]
-
-
 def vllm_service_argcheck_digest(argcheck: list[str] | None, env_key: str = "") -> str:
     """What a parser check is of: the exact argv vLLM's parser gets and the environment's key
     (python_env's: a rebuilt env is another parser). Recorded once the gate passed; an equal
@@ -225,7 +215,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "vllm_service_secret_env": vllm_service_secret_env,
-            "vllm_service_topology": vllm_service_topology,
             "vllm_service_auth_header": vllm_service_auth_header,
             "vllm_service_argcheck_digest": vllm_service_argcheck_digest,
             "vllm_service_argcheck_passed": vllm_service_argcheck_passed,

@@ -16,6 +16,7 @@ from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.inventory.roledefaults import role_defaults
 from acceldeploy.planner import stacks
 from acceldeploy.planner.platforms import get_platform, platform_names
+from acceldeploy.roles import vllm_service
 from acceldeploy.serving import hostplan
 from acceldeploy.serving.unit import render_files
 from acceldeploy.serving.values import UnitOptions, var_name
@@ -206,6 +207,9 @@ def test_unit_options_are_the_roles_variables():
     for field in dataclasses.fields(UnitOptions):
         default = defaults[var_name(field.name)]
         if isinstance(default, str) and "{{" in default:
+            continue
+        if default is None:  # derived by the role's contract
+            assert var_name(field.name) in vllm_service.DERIVED, field.name
             continue
         if default in ("", [], 0) and field.default in (None, "", ()):
             continue

@@ -5,6 +5,7 @@ its no-op key covers and what it owns: the roles' tasks run it through one actio
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ import yaml
 
 from acceldeploy import roles
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.inventory.roledefaults import role_defaults
 from acceldeploy.inventory.scope import Scope
+from acceldeploy.roles import vllm_service
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
@@ -171,3 +174,39 @@ def test_the_hub_clients_wheel_sets_are_planned_once_for_the_play(tmp_path: Path
     assert (
         wheels(model_weights_find_links="http://127.0.0.1:8091/")["model_weights_wheel_sets"] == []
     )
+
+
+def test_a_default_derived_from_the_fleet_is_the_contract_s_and_a_given_value_stays() -> None:
+    """vllm_service_allow_from and vllm_service_topology default to null: the gateways' and the
+    monitors' addresses, and the modules gaudi_runtime recorded; [] given means [] (any
+    address, no topology). python_env_no_index null: the platform's class decides."""
+    hostvars = {"gw": {"ansible_host": "10.0.0.5"},
+                "mon": {"ansible_host": "mon", "acceldeploy_node_ip": "10.1.0.6"}}  # fmt: skip
+    recorded = {"modules": [{"module_id": 3, "numa": 1, "cpus": "0-7"}, {"numa": 0}]}
+    values = {"vllm_service_gateways": ["gw"], "vllm_service_allow_from": None,
+              "vllm_service_topology": None,
+              "ansible_local": {"acceldeploy_gaudi_runtime": recorded}}  # fmt: skip
+    scope = Scope.of_values("lab1", values, hostvars, {"monitors": ["mon"]})
+    assert vllm_service.derived_defaults(scope, values) == {
+        "vllm_service_allow_from": ["10.0.0.5", "10.1.0.6"],
+        "vllm_service_topology": [{"device": 3, "numa": 1, "cpus": "0-7"}],
+    }
+    given = {**values, "vllm_service_allow_from": [], "vllm_service_topology": []}
+    assert vllm_service.derived_defaults(scope, given) == {}
+    assert set(vllm_service.DERIVED) == {k for k, v in role_defaults("vllm_service").items()
+                                         if v is None}  # fmt: skip
+    assert {k for k, v in role_defaults("python_env").items() if v is None} == {
+        "python_env_no_index"
+    }
+
+
+@pytest.mark.parametrize(("platform", "links", "no_index"), [
+    ("cpu", ["http://127.0.0.1:8091/"], True), ("ascend", [], False)])  # fmt: skip
+def test_python_env_installs_from_the_wheelhouse_alone_where_the_platform_says(
+    platform: str, links: list[str], no_index: bool
+) -> None:
+    values = {**role_defaults("python_env"), "python_env_platform": platform,
+              "python_env_find_links": links, "python_env_stack": "",
+              "python_env_env_scripts": [], "python_env_image": ""}  # fmt: skip
+    spec = roles.plan("python_env", Scope.of_values("lab1", values))["python_env_spec"]
+    assert ("--no-index" in json.dumps(spec)) is no_index

@@ -34,7 +34,11 @@ def plan(scope: Scope) -> dict[str, Any]:
     inputs = {
         "controller_cache": str(wheelhouse.cache_dir()),
         **scope.fields(ROLE, INPUTS),
-        "no_index": scope.flag("python_env_no_index"),
+        "no_index": (
+            runtimes.wheelhouse_only(str(scope["python_env_platform"] or ""))
+            if scope["python_env_no_index"] is None
+            else scope.flag("python_env_no_index")
+        ),
         "npu_names": npu_names(scope),
     }
     return {"python_env_spec": runtimes.python_env_plan(inputs)}

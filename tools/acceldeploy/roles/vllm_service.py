@@ -16,6 +16,7 @@ from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.inventory.listeners import Listener
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.roles.contract import Contract
+from acceldeploy.runtimes import gaudi
 from acceldeploy.serving import hostplan
 from acceldeploy.serving.layout import UnitLayout
 from acceldeploy.serving.service import host_services, service_listeners
@@ -28,9 +29,30 @@ def plan_vars(scope: Scope) -> dict[str, Any]:
     """The variables the host plan reads (hostplan.PLAN_VARS; an unset one as ''), with the
     addresses of the nodes its multi-node services name."""
     values = {name: scope.get(name, "") for name in hostplan.PLAN_VARS}
+    values.update(derived_defaults(scope, values))
     services = plain(values.get("acceldeploy_services"))
     values[hostplan.NODE_IPS_VAR] = hostplan.services_node_ips(services, scope.inventory)
     return {k: v for k, v in values.items() if v is not None}
+
+
+# The role's variables whose default (null) the contract derives (derived_defaults).
+DERIVED = (f"{ROLE}_allow_from", f"{ROLE}_topology")
+
+
+def derived_defaults(scope: Scope, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The role's variables whose default (null) is derived from the fleet: the addresses a
+    service takes traffic from (the gateways' and the monitors'), and the topology
+    gaudi_runtime recorded on the host."""
+    derived: dict[str, Any] = {}
+    if values.get(f"{ROLE}_allow_from") is None:
+        fronts = [*(str(h) for h in scope[f"{ROLE}_gateways"]), *scope.group("monitors")]
+        derived[f"{ROLE}_allow_from"] = hostplan.addresses(fronts, scope.inventory)
+    if values.get(f"{ROLE}_topology") is None:
+        local = plain(scope.get("ansible_local") or {})
+        derived[f"{ROLE}_topology"] = gaudi.recorded_topology(
+            local.get("acceldeploy_gaudi_runtime")
+        )
+    return derived
 
 
 def gateway_targets(scope: Scope, names: Sequence[str]) -> list[dict[str, str]]:

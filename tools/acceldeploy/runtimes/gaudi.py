@@ -142,6 +142,17 @@ def gaudi_hccl_argv(stack_entry: dict[str, Any], options: dict[str, Any]) -> lis
     ]  # fmt: skip
 
 
+def recorded_topology(fact: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The modules gaudi_runtime recorded ([{module_id, numa, cpus}], its local fact) as the
+    units' topology ([{device, numa, cpus}]: vllm_service_topology's default)."""
+    modules = (fact or {}).get("modules") or []
+    return [
+        {"device": m["module_id"], "numa": m.get("numa"), "cpus": m.get("cpus")}
+        for m in modules
+        if m.get("module_id") is not None
+    ]
+
+
 def docker_runtimes(daemon_json: str) -> dict[str, str]:
     """``/etc/docker/daemon.json`` -> {runtime name: path}, plus ``default-runtime``."""
     if not daemon_json.strip():
