@@ -2,7 +2,8 @@
 key and what it watches from the role's contract (tools/acceldeploy/roles/<role>.py) on the
 controller: `role` gives the key (every input of what the role writes, and this acceldeploy's
 code digest: state/drift.py) and, when recording, the role's footprint (the files, trees and
-units it owns). A task that names no role passes its own key and footprint.
+units it owns). A task that names no role passes its own key and footprint. Only a whole, real
+run records (no --tags, --skip-tags or --check: drift.whole_run); another skips the record.
 
     - acceldeploy.fleet.acceldeploy_state:
         path: "{{ python_env_state_file }}"
@@ -45,6 +46,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
         role = str(args.pop("role", "") or "")
+        seen = task_vars or {}
+        whole = drift.whole_run(seen.get("ansible_run_tags") or ["all"],
+                                seen.get("ansible_skip_tags") or [],
+                                bool(seen.get("ansible_check_mode")))  # fmt: skip
+        if args.get("state") == "record" and not whole:
+            result.update(skipped=True, changed=False,
+                          skip_reason="only a whole, real run records its converge")  # fmt: skip
+            return result
         if role and args.get("state", "check") != "absent":
             scope = task_scope(task_vars or {}, self._templar)
             try:

@@ -30,18 +30,6 @@ def acceldeploy_rollout(
     )
 
 
-def acceldeploy_gates_for_run(units: Any, hostvars: Any) -> list[dict[str, Any]]:
-    """vllm_service_units | acceldeploy_gates_for_run(hostvars): the readiness gate of each
-    group this host is a node of, marked `restarting` when any node restarts one of the
-    group's units in this run (its vllm_service_restart)."""
-    gates = [u["readiness"] for u in plain(list(units)) if u.get("readiness")]
-    nodes = {node for gate in gates for node in gate["units_by_node"]}
-    restarts = {
-        n: plain(hostvars[n].get("vllm_service_restart") or []) for n in nodes if n in hostvars
-    }
-    return cluster.gates_for_run(gates, restarts)
-
-
 def _looped(result: Mapping[str, Any]) -> dict[str, Any]:
     """The loop item of one registered loop result (its loop_var)."""
     return dict(result.get(result.get("ansible_loop_var") or "item") or {})
@@ -109,12 +97,7 @@ def acceldeploy_serving_pattern(
     that computes acceldeploy_serving."""
     found, known = plain(dict(inventory_groups)), hostvars or {}
     named = sorted({h for g in groups.NOT_SERVING for h in found.get(g) or [] if h in known})
-    return groups.serving_pattern(found, acceldeploy_serving_hosts(named, known))
-
-
-def acceldeploy_serving_hosts(hosts: Any, hostvars: Mapping[str, Any]) -> list[str]:
-    """groups['all'] | acceldeploy_serving_hosts(hostvars): the hosts that serve models."""
-    return [str(h) for h in hosts if groups.serves(hostvars[h])]
+    return groups.serving_pattern(found, [h for h in named if groups.serves(known[h])])
 
 
 def acceldeploy_run_pattern(inventory_groups: Mapping[str, Any]) -> str:
@@ -137,12 +120,6 @@ def acceldeploy_serves(group_names: Any, also_serves: Any = False) -> bool:
     return groups.serves(
         {"group_names": plain(list(group_names or [])), groups.SERVES_VAR: also_serves}
     )
-
-
-def acceldeploy_whole_run(run_tags: Any, skip_tags: Any, check_mode: Any) -> bool:
-    """ansible_run_tags | acceldeploy_whole_run(ansible_skip_tags, ansible_check_mode): whether
-    this run may record its converge for the no-op path."""
-    return drift.whole_run(list(run_tags), list(skip_tags), bool(check_mode))
 
 
 def acceldeploy_verify_follows(run_tags: Any, skip_tags: Any, check_mode: Any) -> bool:
@@ -169,14 +146,11 @@ class FilterModule:
         return filters(
             acceldeploy_runtime_role,
             acceldeploy_rollout,
-            acceldeploy_gates_for_run,
             acceldeploy_gate_pings,
             acceldeploy_gate_refused,
             acceldeploy_serving_pattern,
             acceldeploy_run_pattern,
             acceldeploy_serves,
-            acceldeploy_serving_hosts,
-            acceldeploy_whole_run,
             acceldeploy_verify_follows,
             acceldeploy_verify_stack_args,
         )

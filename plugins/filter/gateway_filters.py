@@ -11,7 +11,7 @@ from acceldeploy.roles import gateway
 
 
 def gateway_backend_keys(hosts: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
-    """gateway_serving_hosts | gateway_backend_keys(hostvars): {service: api key} of the models
+    """gateway_backend_hosts | gateway_backend_keys(hostvars): {service: api key} of the models
     whose services want one (the keys map)."""
     return gateway.backend_keys([str(h) for h in hosts], hostvars)
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from acceldeploy.data_files import VERSIONS_DIR
 from acceldeploy.downloads import weights
-from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.roles import model_weights
 
@@ -32,14 +30,6 @@ def model_weights_listings(plan_result: Mapping[str, Any]) -> dict[str, Any]:
     return {p["dir"]: p["listing"] for p in plan_result.get("plans") or [] if p.get("listing")}
 
 
-def model_weights_versions_file(name: str = "fetch.txt") -> str:
-    """A pinned requirements file of the repository's versions/ (``'fetch.txt' | ...``)."""
-    path = VERSIONS_DIR / str(name)
-    if not path.is_file():
-        raise AcceldeployError(f"{path} does not exist; set model_weights_versions_file")
-    return str(path)
-
-
 def model_weights_any_drift(states: Sequence[Mapping[str, Any]]) -> bool:
     return weights.any_drift(list(states))
 
@@ -55,7 +45,6 @@ class FilterModule:
         return filters(
             model_weights_fanout,
             model_weights_listings,
-            model_weights_versions_file,
             model_weights_any_drift,
             model_weights_summary_lines,
         )

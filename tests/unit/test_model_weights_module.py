@@ -21,6 +21,8 @@ import pytest
 
 from acceldeploy.fetch.common import Listing, ModelSpec, RemoteFile, hash_file
 from acceldeploy.fetch.manifest import write_manifest
+from acceldeploy.inventory.scope import Scope
+from acceldeploy.roles import model_weights
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "tools" / "acceldeploy"
@@ -191,8 +193,9 @@ def test_filter_plugin_and_role_reach_the_package_without_paths():
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    filters = module.FilterModule().filters()
-    versions = Path(filters["model_weights_versions_file"]("fetch.txt"))
+    assert module.FilterModule().filters()
+    unset = Scope.of_values("lab1", {"model_weights_versions_file": None})
+    versions = Path(model_weights.versions_file(unset))
     assert versions == PACKAGE / "data" / "versions" / "fetch.txt" and versions.is_file()
     checked = [plugin, REPO / "plugins" / "modules" / "model_weights_fetch.py"]
     checked += sorted((REPO / "roles" / "model_weights").rglob("*.y*ml"))

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from acceldeploy import roles
 from acceldeploy.inventory.hostvars import hosts_vars
+from acceldeploy.inventory.scope import Scope
 from acceldeploy.readiness import gate as readiness
 from acceldeploy.readiness import hlports
 from acceldeploy.serving import cluster, hostplan
@@ -181,14 +183,19 @@ def test_an_npu_down_or_unhealthy_is_refused_from_hccn_tools_output() -> None:
     assert any("NPU 7: link status DOWN" in e for e in errors)
 
 
-def test_the_roles_filters_gate_every_node_and_stop_the_group_on_one_refusal() -> None:
+def test_the_role_gates_every_node_and_stops_the_group_on_one_refusal() -> None:
+    """vllm_service's contract (part gates) says which gates run; the filters read what each
+    node's gate answered."""
     filters = runpy.run_path(str(ROOT / "plugins/filter/acceldeploy_filters.py"))
     found = gates(DP)
     units = [{"name": "x", "readiness": found["npu-01"]}, {"name": "y", "readiness": None}]
     name = found["npu-01"]["service"]
-    hostvars = {"npu-01": {"vllm_service_restart": []},
-                "npu-02": {"vllm_service_restart": [f"dp-{name}"]}}  # fmt: skip
-    ran = filters["acceldeploy_gates_for_run"](units, hostvars)
+    hostvars: dict[str, dict[str, Any]] = {
+        "npu-01": {"vllm_service_restart": []},
+        "npu-02": {"vllm_service_restart": [f"dp-{name}"]},
+    }
+    scope = Scope.of_values("npu-01", {"vllm_service_units": units}, hostvars)
+    ran = roles.plan("vllm_service", scope, "gates")["vllm_service_gates"]
     assert [g["restarting"] for g in ran] == [True]
 
     def result(gate: dict[str, Any], **more: Any) -> dict[str, Any]:

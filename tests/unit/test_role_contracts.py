@@ -15,7 +15,7 @@ from acceldeploy import roles
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.roledefaults import role_defaults
 from acceldeploy.inventory.scope import Scope
-from acceldeploy.roles import vllm_service
+from acceldeploy.roles import gateway, vllm_service
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
@@ -210,3 +210,16 @@ def test_python_env_installs_from_the_wheelhouse_alone_where_the_platform_says(
               "python_env_env_scripts": [], "python_env_image": ""}  # fmt: skip
     spec = roles.plan("python_env", Scope.of_values("lab1", values))["python_env_spec"]
     assert ("--no-index" in json.dumps(spec)) is no_index
+
+
+def test_a_gateway_fronts_every_serving_host_unless_told() -> None:
+    hostvars = {"lab1": {"group_names": []}, "gw": {"group_names": ["gateways"]},
+                "mon": {"group_names": ["monitors"], "acceldeploy_serves": True}}  # fmt: skip
+    fleet = {"all": ["lab1", "gw", "mon"], "gateways": ["gw"], "monitors": ["mon"]}
+
+    def fronted(chosen: list[str] | None) -> list[str]:
+        scope = Scope.of_values("gw", {"gateway_serving_hosts": chosen}, hostvars, fleet)
+        return gateway.serving_hosts(scope)
+
+    assert fronted(None) == ["lab1", "mon"]
+    assert fronted(["lab1"]) == ["lab1"]

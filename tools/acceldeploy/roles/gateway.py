@@ -30,6 +30,15 @@ def serving(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> 
     }  # fmt: skip
 
 
+def serving_hosts(scope: Scope) -> list[str]:
+    """gateway_serving_hosts, or (unset) every host of the inventory that serves models (outside
+    the gateways and the monitors, or one of them that sets acceldeploy_serves)."""
+    chosen = scope[f"{ROLE}_serving_hosts"]
+    if chosen is None:
+        return [h for h in scope.group("all") if groups.serves(scope.of(h))]
+    return [str(h) for h in chosen]
+
+
 def settings(scope: Scope) -> gateway_plan.Settings:
     return gateway_plan.Settings(
         bind=scope[f"{ROLE}_bind"],
@@ -47,11 +56,14 @@ def plan(scope: Scope) -> dict[str, Any]:
     gateways = scope.hosts(scope.group(GROUP))
     reach = {host: str(plain(view.get("ansible_host", ""))) for host, view in gateways.items()}
     own = {host: plain(view.get("acceldeploy_services", [])) for host, view in gateways.items()}
-    hosts = [str(h) for h in scope[f"{ROLE}_serving_hosts"]]
+    hosts = serving_hosts(scope)
     frontends = gateway_plan.plan(
         scope[f"{ROLE}_frontends"], serving(hosts, scope.hosts(hosts)), reach, settings(scope), own
     )
-    return {"gateway_plan": [frontend.to_dict() for frontend in frontends]}
+    return {
+        "gateway_plan": [frontend.to_dict() for frontend in frontends],
+        "gateway_backend_hosts": hosts,
+    }
 
 
 def backend_keys(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
@@ -74,7 +86,7 @@ def state_inputs(scope: Scope) -> dict[str, Any]:
     return {
         "plan": scope[f"{ROLE}_plan"],
         "backend_keys": backend_keys(
-            [str(h) for h in scope[f"{ROLE}_serving_hosts"]], scope.inventory
+            serving_hosts(scope), scope.inventory
         ),
         **{name: scope[f"{ROLE}_{name}"]
            for name in ("client_keys", "check", "timeouts", "retries", "stats_port",

@@ -69,6 +69,17 @@ def job(scope: Scope) -> dict[str, Any]:
     }
 
 
+def versions_file(scope: Scope) -> str:
+    """model_weights_versions_file, or (unset) the package's versions/fetch.txt."""
+    chosen = scope[f"{ROLE}_versions_file"]
+    path = Path(str(chosen)) if chosen else fetchlock.LOCK
+    if not path.is_file():
+        raise AcceldeployError(
+            f"model_weights_versions_file: {path} is not a file on the controller"
+        )
+    return str(path)
+
+
 def lock_digest(lock: str) -> str:
     """The wheel sets' version: sha1 of the lock's text without its trailing whitespace (what
     `lookup('file') | hash('sha1')` gave, so the controllers' caches keep their names)."""
@@ -81,7 +92,7 @@ def wheels(scope: Scope) -> dict[str, Any]:
     model_weights_find_links), each in <model_weights_wheels_cache>/<set>-<lock sha1>, and the
     command that downloads each one the controller lacks. With acceldeploy_offline a missing
     one is refused, naming that command."""
-    lock, cache = str(scope[f"{ROLE}_versions_file"]), str(scope[f"{ROLE}_wheels_cache"])
+    lock, cache = versions_file(scope), str(scope[f"{ROLE}_wheels_cache"])
     digest = lock_digest(lock)
     found: dict[str, Any] = {}
     if not scope[f"{ROLE}_find_links"]:
@@ -109,6 +120,7 @@ def wheels(scope: Scope) -> dict[str, Any]:
     return {
         "model_weights_wheel_sets": list(found.values()),
         "model_weights_versions_sha1": digest,
+        "model_weights_lock": lock,
         "model_weights_wheel_downloads": downloads,
     }
 

@@ -17,7 +17,7 @@ from acceldeploy.inventory.listeners import Listener
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.roles.contract import Contract
 from acceldeploy.runtimes import gaudi
-from acceldeploy.serving import hostplan
+from acceldeploy.serving import cluster, hostplan
 from acceldeploy.serving.layout import UnitLayout
 from acceldeploy.serving.service import host_services, service_listeners
 from acceldeploy.state.prune import revision_patterns as prune_revisions
@@ -134,6 +134,20 @@ def leaves(scope: Scope) -> dict[str, list[str]]:
     return {"trees": [dirs.launcher_dir, dirs.secret_dir, dirs.last_good_dir]}
 
 
+def gates(scope: Scope) -> dict[str, Any]:
+    """In the serve stage's batch: the readiness gate of each multi-node group this host is a
+    node of, marked `restarting` when any node restarts one of the group's units in this run
+    (its vllm_service_restart)."""
+    planned = [unit["readiness"] for unit in scope[f"{ROLE}_units"] if unit.get("readiness")]
+    nodes = {node for gate in planned for node in gate["units_by_node"]}
+    restarts = {
+        node: plain(scope.of(node).get(f"{ROLE}_restart") or [])
+        for node in sorted(nodes)
+        if node in scope.inventory
+    }
+    return {"vllm_service_gates": cluster.gates_for_run(planned, restarts)}
+
+
 def prune(scope: Scope) -> dict[str, Any]:
     """Once every batch passed its gate, on a host this run switched: acceldeploy_prune's
     patterns (every revision of each model served here; none on shared storage, where other
@@ -155,5 +169,6 @@ def listeners(scope: Scope) -> list[Listener]:
     return service_listeners(host_services(scope.host, scope.of(scope.host)), scope.host)
 
 
-CONTRACT = Contract(ROLE, plan, {"prune": prune}, state_inputs=state_inputs, footprint=footprint,
+CONTRACT = Contract(ROLE, plan, {"gates": gates, "prune": prune}, state_inputs=state_inputs,
+                    footprint=footprint,
                     leaves=leaves, listeners=listeners)  # fmt: skip
