@@ -50,8 +50,11 @@ class Scope:
         except KeyError:
             return default
 
-    def flag(self, name: str) -> bool:
-        """A true/false variable, read as bounds.flag reads one."""
+    def flag(self, name: str, unset: bool | None = None) -> bool:
+        """A true/false variable, read as bounds.flag reads one; `unset` given: its value when
+        the variable is undefined or null (an extra variable such as acceldeploy_offline)."""
+        if unset is not None and self.get(name) is None:
+            return unset
         return bounds.flag(self[name], name)
 
     def fields(self, prefix: str, names: Sequence[str]) -> dict[str, Any]:

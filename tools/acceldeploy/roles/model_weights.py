@@ -108,7 +108,7 @@ def wheels(scope: Scope) -> dict[str, Any]:
         if not os.path.isdir(dest):
             argv = fetchlock.command(python, wheel_set, lock, dest, pip_args)
             downloads.append({"key": key, "dest": dest, "argv": argv})
-    offline = scope.get("acceldeploy_offline") is not None and scope.flag("acceldeploy_offline")
+    offline = scope.flag("acceldeploy_offline", unset=False)
     if offline and downloads:
         commands = ", ".join(f"`{' '.join(d['argv'])}`" for d in downloads)
         raise AcceldeployError(

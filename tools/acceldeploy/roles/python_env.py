@@ -81,7 +81,7 @@ def wheels_present(scope: Scope) -> dict[str, Any]:
     command that adds it)."""
     missing = wheels(scope)["python_env_wheels_missing"]
     if missing:
-        offline = scope.get("acceldeploy_offline") is not None and scope.flag("acceldeploy_offline")
+        offline = scope.flag("acceldeploy_offline", unset=False)
         raise AcceldeployError(
             ("acceldeploy_offline is true and " if offline else "") + "; ".join(missing)
         )
