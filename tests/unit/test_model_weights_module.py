@@ -2,8 +2,9 @@
 AnsiballZ zips plugins/module_utils/acceldeploy/fetch (tools/acceldeploy/fetch, and the
 ``..modelref`` and ``..errors`` it imports) into the module's payload. Here the module runs through a real
 ``ansible`` ad-hoc call on this machine (local connection), its payload is unpacked and
-listed, and the shipped files are held to what a host can run: the standard library, relative
-imports, Python 3.9."""
+listed: it carries that and nothing else of acceldeploy. What a host can run of it (the
+standard library, relative imports, Python 3.9) is held with all host-side code, in
+tests/unit/test_host_side_code.py."""
 
 from __future__ import annotations
 
@@ -43,9 +44,6 @@ SHIPPED = {
     "fetch/run.py",
     "fetch/seed.py",
 }
-# What the acceldeploy_state and acceldeploy_prune modules' payloads carry of it.
-SHIPPED_BY_STATE_MODULES = {"__init__.py", "state/__init__.py", "state/drift.py", "state/prune.py"}
-LAZY_OK = ("huggingface_hub", "modelscope", "modelscope_hub")
 
 
 def ansible_module(args: dict[str, Any], remote_tmp: Path) -> tuple[dict[str, Any], Path]:
@@ -135,48 +133,6 @@ def test_module_runs_from_its_payload(tmp_path):
     result, _ = ansible_module(args, tmp_path / "remote2")
     (plan,) = result["plans"]
     assert plan["action"] == "repair" and "sub/w.safetensors" in plan["bad"], plan
-
-
-def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    return [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
-
-
-@pytest.mark.parametrize("name", sorted(SHIPPED | SHIPPED_BY_STATE_MODULES | {"fetch/__main__.py"}))
-def test_shipped_files_run_on_a_hosts_python(name):
-    """Python 3.9 syntax; at import time only the standard library and relative imports;
-    the hub clients only inside the functions that use them; no 3.10+ library features."""
-    source = (PACKAGE / name).read_text()
-    tree = ast.parse(source, feature_version=(3, 9))
-    for node in _module_level_imports(tree):
-        if isinstance(node, ast.ImportFrom) and node.level > 0:
-            continue
-        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
-        for module in modules:
-            top = str(module).split(".")[0]
-            assert top in sys.stdlib_module_names, f"{name}: imports {module} at module level"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import | ast.ImportFrom) and node not in tree.body:
-            if isinstance(node, ast.ImportFrom) and node.level > 0:
-                continue
-            modules = (
-                [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
-            )
-            for module in modules:
-                top = str(module).split(".")[0]
-                assert top in sys.stdlib_module_names or top in LAZY_OK, f"{name}: {module}"
-        if isinstance(node, ast.Call):
-            keywords = {k.arg for k in node.keywords}
-            func = ast.unparse(node.func)
-            assert not (func == "zip" and "strict" in keywords), f"{name}: zip(strict=) is 3.10"
-            assert not (func.endswith("dataclass") and keywords & {"slots", "kw_only"}), name
-        if isinstance(node, ast.Attribute):
-            assert ast.unparse(node) not in ("datetime.UTC", "typing.Self"), name
-    annotated = any(
-        isinstance(n, ast.AnnAssign) or (isinstance(n, ast.FunctionDef) and n.returns)
-        for n in ast.walk(tree)
-    )
-    if annotated:  # X | None and list[X] annotations stay strings on 3.9
-        assert "from __future__ import annotations" in source, name
 
 
 @pytest.mark.parametrize("name", ["__init__.py", "state/__init__.py"])
