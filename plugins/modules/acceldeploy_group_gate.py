@@ -60,10 +60,8 @@ npu_addresses:
 """
 
 import contextlib
-import errno
 import glob
 import os
-import socket
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -75,6 +73,7 @@ from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.read
 from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
     hccn,
     hlports,
+    procnet,
 )
 
 HCCN_CONF = "/etc/hccn.conf"
@@ -91,10 +90,9 @@ def read(path: str) -> str:
 def held_ports(ports: list[int]) -> dict[int, list[str]]:
     """{port: the units (or `pid N (comm)`) holding it in LISTEN} of the given ports."""
     inodes: dict[str, int] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for port, found in readiness.listening(read(table)).items():
-            if port in ports:
-                inodes.update({inode: port for inode in found})
+    for port, found in readiness.listening(procnet.sockets()).items():
+        if port in ports:
+            inodes.update({inode: port for inode in found})
     held: dict[int, list[str]] = {}
     if not inodes:
         return held
@@ -112,18 +110,6 @@ def held_ports(ports: list[int]) -> dict[int, list[str]]:
             if owner not in owners:
                 owners.append(owner)
     return held
-
-
-def dial(address: str, port: int) -> str:
-    try:
-        with socket.create_connection((address, port), timeout=readiness.DIAL_TIMEOUT):
-            return "open"
-    except socket.timeout:  # noqa: UP041 (Python 3.9 hosts: not yet TimeoutError)
-        return "timeout"
-    except OSError as error:
-        if error.errno == errno.ECONNREFUSED:
-            return "refused"
-        return errno.errorcode.get(error.errno or 0, str(error))
 
 
 def run(module: AnsibleModule, argv: list[str]) -> str:
@@ -173,7 +159,9 @@ def local(module: AnsibleModule, host: str, gate: dict[str, Any]) -> dict[str, A
     seen: dict[str, Any] = {
         "ip_addr": ip_json,
         "held": held_ports([int(p["port"]) for p in gate["free_ports"]]),
-        "dials": [{**d, "outcome": dial(d["address"], int(d["port"]))} for d in gate["dials"]],
+        "dials": [
+            {**d, "outcome": procnet.dial(d["address"], int(d["port"]))} for d in gate["dials"]
+        ],
         "npus": [],
         "hccn_conf": read(HCCN_CONF) if gate["npus"] else "",
         "hl_smi": hl_smi(module, gate) if gate.get("hpus") else {},

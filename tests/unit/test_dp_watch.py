@@ -17,6 +17,8 @@ from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from typing import Any
 
+from acceldeploy.readiness import procnet
+
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = ROOT / "roles/vllm_service/files/vllm-dp-watch"
 HEAD = "127.0.0.31"  # a loopback address of its own, as the lab's nodes have
@@ -32,10 +34,9 @@ def helper() -> Any:
 
 
 def test_addresses_read_as_the_kernel_writes_them() -> None:
-    watch = helper()
-    assert watch.remote_address("1F00007F:3421") == HEAD
-    assert watch.remote_address("0000000000000000FFFF00001F00007F:3421") == HEAD  # v4-mapped
-    assert watch.remote_address("00000000000000000000000001000000:0050") == "::1"
+    assert procnet.endpoint("1F00007F:3421") == (HEAD, 0x3421)
+    assert procnet.endpoint("0000000000000000FFFF00001F00007F:3421") == (HEAD, 0x3421)  # v4-mapped
+    assert procnet.endpoint("00000000000000000000000001000000:0050") == ("::1", 80)
 
 
 def test_it_counts_this_process_trees_connections_to_the_head() -> None:

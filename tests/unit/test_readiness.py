@@ -18,7 +18,7 @@ from acceldeploy import roles
 from acceldeploy.inventory.hostvars import hosts_vars
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.readiness import gate as readiness
-from acceldeploy.readiness import hlports
+from acceldeploy.readiness import hlports, procnet
 from acceldeploy.serving import cluster, hostplan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ def test_interfaces_read_from_recorded_ip_json() -> None:
 
 
 def test_listening_ports_and_their_units() -> None:
-    ports = readiness.listening(recorded("proc-net-tcp-debian12.txt"))
+    ports = readiness.listening(procnet.parse(recorded("proc-net-tcp-debian12.txt")))
     assert 0x1F9A in ports and all(ports.values())
     assert readiness.unit_of(CGROUP) == "ssh"
     assert readiness.unit_of("0::/\n") == ""

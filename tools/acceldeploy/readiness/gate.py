@@ -25,13 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import hccn, hlports
+from . import hccn, hlports, procnet
+from .procnet import ANSWERED, DIAL_TIMEOUT
 
 # A port of Linux's default ephemeral range (ip_local_port_range 32768-60999): nothing need
 # listen there; a refusal proves the path open as a connection does.
 EPHEMERAL_PORT = 40961
-DIAL_TIMEOUT = 3.0
-ANSWERED = ("open", "refused")
 
 
 @dataclass(frozen=True)
@@ -70,14 +69,12 @@ def interfaces(ip_json: str) -> dict[str, Interface]:
     return found
 
 
-def listening(proc_net_tcp: str) -> dict[int, set[str]]:
-    """/proc/net/tcp or tcp6 -> {port: {socket inode}} of the sockets in LISTEN (state 0A)."""
+def listening(sockets: Sequence[procnet.Socket]) -> dict[int, set[str]]:
+    """The host's sockets (procnet) -> {port: {socket inode}} of those in LISTEN."""
     ports: dict[int, set[str]] = {}
-    for line in proc_net_tcp.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) > 9 and fields[3] == "0A":
-            port = int(fields[1].rsplit(":", 1)[1], 16)
-            ports.setdefault(port, set()).add(fields[9])
+    for found in sockets:
+        if found.state == procnet.LISTEN:
+            ports.setdefault(found.local_port, set()).add(found.inode)
     return ports
 
 

@@ -1,0 +1,1 @@
+../../../tools/acceldeploy/readiness/procnet.py
