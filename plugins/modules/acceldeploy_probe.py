@@ -14,7 +14,7 @@ short_description: Read what a runtime check depends on, change nothing
 description:
   - Reads files (exact paths or the first match of glob patterns), runs read-only commands
     (the binary is looked up on PATH and in I(search_dirs)), stats paths (globs allowed) and
-    looks up groups. Returns raw text; tools/acceldeploy/runtimes/probe.py parses it and the
+    looks up groups. Returns raw text; tools/acceldeploy/platforms/probe.py parses it and the
     gates decide.
   - Never changes the host; safe in check mode.
 options:

@@ -18,7 +18,8 @@ from acceldeploy.inventory.hostvars import host_vars, hosts_vars
 from acceldeploy.planner import stacks
 from acceldeploy.planner.engineopts import platform_engine
 from acceldeploy.planner.platforms import get_platform
-from acceldeploy.runtimes import ascend, python_env
+from acceldeploy.platforms.ascend import runtime as ascend
+from acceldeploy.runtimes import python_env
 from acceldeploy.serving import hostplan
 from acceldeploy.serving.launchers import ContainerLauncher, VenvLauncher, launcher_for
 from acceldeploy.serving.unit import build

@@ -24,6 +24,9 @@ from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.monitor import device_exporters, rules, targets
 from acceldeploy.platforms import PLATFORMS, for_name
+from acceldeploy.platforms.ascend import exporter as npu_exporter
+from acceldeploy.platforms.exporter import exec_line
+from acceldeploy.platforms.gaudi import exporter as gaudi_exporter
 from acceldeploy.serving import selection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,7 +257,7 @@ def test_preflight_refuses_a_hosts_exporter_inputs() -> None:
 
 
 def run_extract(archive: Path, dest: Path) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-c", device_exporters.EXTRACT_MEMBER, str(archive),
+    argv = [sys.executable, "-c", npu_exporter.EXTRACT_MEMBER, str(archive),
             "npu-exporter", str(dest)]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, check=False)
 
@@ -328,9 +331,7 @@ def test_the_gaudi_exporter_unit() -> None:
 
 
 def test_a_percent_in_a_flag_is_kept_from_systemds_specifiers() -> None:
-    assert device_exporters.exec_line(["/bin/x", "-a=50%", "two words"]) == (
-        "/bin/x -a=50%% 'two words'"
-    )
+    assert exec_line(["/bin/x", "-a=50%", "two words"]) == ("/bin/x -a=50%% 'two words'")
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze here")
@@ -343,7 +344,7 @@ def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path, exporter: st
         text = render("gaudi-metric-exporter.service.j2", device_exporters.unit(plan, []))
         # verify resolves every Exec*= command and Requires=: docker is not installed here
         docker = binary(tmp_path).rename(tmp_path / "docker")
-        text = text.replace(device_exporters.DOCKER, str(docker))
+        text = text.replace(gaudi_exporter.DOCKER, str(docker))
         (tmp_path / "docker.service").write_text(f"[Service]\nExecStart={docker}\n")
         name = "gaudi-metric-exporter.service"
     unit_file = tmp_path / name
@@ -371,11 +372,11 @@ def test_each_platform_s_class_names_its_exporter_as_the_recorded_list_does() ->
     """The platform's class says which exporter its hosts run; data/device-exporters.yml, which
     records each one from the vendor's documentation, names the same platform."""
     recorded = load("device-exporters")
-    named = {p.device_exporter: p.name for p in PLATFORMS if p.device_exporter}
+    named = {p.device_exporter.job: p.name for p in PLATFORMS if p.device_exporter}
     assert named == {job: entry["platform"] for job, entry in recorded.items()}
     assert set(named) == set(device_exporters.EXPORTERS)
-    assert for_name("ascend").device_exporter == "npu"
-    assert for_name("gaudi").device_exporter == "gaudi"
+    assert for_name("ascend").device_exporter is device_exporters.EXPORTERS["npu"]
+    assert for_name("gaudi").device_exporter is device_exporters.EXPORTERS["gaudi"]
     assert for_name("cpu").device_exporter is None
     assert device_exporters.of_platform("cpu") is device_exporters.of_platform("tpu") is None
     for job, exporter in device_exporters.EXPORTERS.items():

@@ -19,9 +19,9 @@ from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner import stackmatrix, stacks
 from acceldeploy.planner.platforms import get_platform
 from acceldeploy.platforms import PLATFORMS, for_name, known_names
-from acceldeploy.platforms.ascend import AscendPlatform
-from acceldeploy.platforms.cpu import CpuPlatform
-from acceldeploy.platforms.gaudi import GaudiPlatform
+from acceldeploy.platforms.ascend.platform import AscendPlatform
+from acceldeploy.platforms.cpu.platform import CpuPlatform
+from acceldeploy.platforms.gaudi.platform import GaudiPlatform
 from acceldeploy.runtimes import stacklock
 from acceldeploy.verify import hoststate, memprobe
 

@@ -20,7 +20,12 @@ import yaml
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner import stacks
 from acceldeploy.planner.platforms import get_platform, platform_names
-from acceldeploy.runtimes import ascend, gaudi, python_env, smi, versions
+from acceldeploy.platforms import versions
+from acceldeploy.platforms.ascend import runtime as ascend
+from acceldeploy.platforms.ascend import smi as ascend_smi
+from acceldeploy.platforms.gaudi import runtime as gaudi
+from acceldeploy.platforms.gaudi import smi as gaudi_smi
+from acceldeploy.runtimes import python_env
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data" / "recorded"
@@ -132,7 +137,7 @@ def test_firmware_and_driver_ranges() -> None:
 
 
 def test_npu_smi_910b1_x8() -> None:
-    info = smi.parse_npu_smi_info(recorded("npu-smi-info-910b1-x8.txt"))
+    info = ascend_smi.parse_npu_smi_info(recorded("npu-smi-info-910b1-x8.txt"))
     assert info.version == "24.1.0"
     assert info.devices == list(range(8))
     first = info.chips[0]
@@ -141,13 +146,13 @@ def test_npu_smi_910b1_x8() -> None:
 
 
 def test_npu_smi_910b4_pod_shows_npu_4() -> None:
-    info = smi.parse_npu_smi_info(recorded("npu-smi-info-910b4-x1.txt"))
+    info = ascend_smi.parse_npu_smi_info(recorded("npu-smi-info-910b4-x1.txt"))
     assert info.devices == [4]
     assert info.chips[0].hbm_total_mb == 32768
 
 
 def test_npu_smi_310p_two_chips_per_npu_and_a_critical_one() -> None:
-    info = smi.parse_npu_smi_info(recorded("npu-smi-info-310p3-duo.txt"))
+    info = ascend_smi.parse_npu_smi_info(recorded("npu-smi-info-310p3-duo.txt"))
     assert info.version == "25.0.rc1.b033"
     assert [c.npu for c in info.chips] == [1, 1, 2, 2, 4, 4, 5, 5]
     assert info.devices == list(range(8))
@@ -319,30 +324,30 @@ def test_ascend_fact_keeps_no_live_usage() -> None:
 
 
 def test_hl_smi_default_output() -> None:
-    info = smi.parse_hl_smi(recorded("hl-smi-gaudi2-hl225-x8.txt"))
+    info = gaudi_smi.parse_hl_smi(recorded("hl-smi-gaudi2-hl225-x8.txt"))
     assert (info.driver_version, info.firmware) == ("1.22.1", "61.4.2.1")
     assert [d.index for d in info.devices] == list(range(8))
     assert info.devices[1].bus_id == "0000:9a:00.0"
     assert info.devices[0].memory_total_mib == 98304
-    e = smi.parse_hl_smi(recorded("hl-smi-gaudi2e-hl288e-x8.txt"))
+    e = gaudi_smi.parse_hl_smi(recorded("hl-smi-gaudi2e-hl288e-x8.txt"))
     assert (e.driver_version, e.devices[0].name) == ("1.24.0", "HL-288E")
 
 
 def test_hl_smi_modules_and_topology() -> None:
-    modules = smi.parse_hl_smi_modules(recorded("hl-smi-Q-index-module_id-csv-gaudi2e.txt"))
+    modules = gaudi_smi.parse_hl_smi_modules(recorded("hl-smi-Q-index-module_id-csv-gaudi2e.txt"))
     assert modules == {0: 2, 1: 6, 2: 3, 3: 7, 4: 0, 5: 4, 6: 5, 7: 1}
-    topo = smi.parse_hl_smi_topo(recorded("hl-smi-topo-c-N-gaudi2.txt"))
+    topo = gaudi_smi.parse_hl_smi_topo(recorded("hl-smi-topo-c-N-gaudi2.txt"))
     assert topo[0] == {"cpus": "0-39,80-119", "numa": 0}
     assert topo[7] == {"cpus": "40-79,120-159", "numa": 1}
 
 
 def test_hccl_demo_bandwidth() -> None:
-    result = smi.parse_hccl_demo(recorded("hccl-demo-all-reduce-8x-gaudi2.txt"))
+    result = gaudi_smi.parse_hccl_demo(recorded("hccl-demo-all-reduce-8x-gaudi2.txt"))
     assert result["nw_bandwidth_gbps"] == 258.209121
     assert result["algo_bandwidth_gbps"] == 147.548069
     assert result["benchmark"].startswith("hcclAllReduce(")
     with pytest.raises(AcceldeployError, match=re.escape("NW Bandwidth")):
-        smi.parse_hccl_demo("Welcome to HCCL demo\n")
+        gaudi_smi.parse_hccl_demo("Welcome to HCCL demo\n")
 
 
 DAEMON = json.dumps(

@@ -27,7 +27,9 @@ from playbook_report import playbook_report
 
 from acceldeploy.inventory import targets
 from acceldeploy.planner import stacks
-from acceldeploy.runtimes import ascend, gaudi, stacklock
+from acceldeploy.platforms.ascend import runtime as ascend
+from acceldeploy.platforms.gaudi import runtime as gaudi
+from acceldeploy.runtimes import stacklock
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data" / "recorded"

@@ -26,7 +26,9 @@ from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.planner import stackmatrix, stacks
 from acceldeploy.planner.engineopts import platform_engine
 from acceldeploy.planner.platforms import get_platform
-from acceldeploy.runtimes import ascend, gaudi, python_env
+from acceldeploy.platforms.ascend import runtime as ascend
+from acceldeploy.platforms.gaudi import runtime as gaudi
+from acceldeploy.runtimes import python_env
 from acceldeploy.serving import gaudi_launch, hostplan
 from acceldeploy.serving.unit import build
 from acceldeploy.serving.values import UnitOptions

@@ -1,6 +1,6 @@
 """The driver's samples as numbers: memory per device (MiB) and vLLM's metrics over time,
 each sample tagged with its phase. Raw smi text is parsed here, with the same parsers verify
-and the runtime roles use (platforms/smi.py, tested on recorded real output), through the
+and the runtime roles use (platforms/*/smi.py, tested on recorded real output), through the
 platform's class."""
 
 from __future__ import annotations

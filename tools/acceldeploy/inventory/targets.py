@@ -210,7 +210,7 @@ class Facts:
         )
 
     def probe(self) -> dict[str, Any]:
-        """What the runtime checks read (acceldeploy.runtimes.probe): arch, files, commands."""
+        """What the runtime checks read (acceldeploy.platforms.probe): arch, files, commands."""
         return {"arch": self.arch, "files": self.files, "commands": self.commands}
 
     def to_dict(self) -> dict[str, Any]:

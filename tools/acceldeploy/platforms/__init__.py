@@ -2,14 +2,20 @@
 Ascend, Gaudi and the CPU lab, each in its own module, found by name with ``for_name``.
 
 - ``base``: ``PlatformBehaviour``, what every platform answers and the shared answers.
-- ``ascend``, ``gaudi``, ``cpu``: one subclass each.
+- ``ascend``, ``gaudi``, ``cpu``: one package each, the platform whole: its class
+  (``platform``), its device tool's parsers (``smi``), its runtime check (``runtime``) and its
+  device exporter (``exporter``), where it has them.
 - ``registry``: ``for_name`` (refusing an unknown ``acceldeploy_platform``), ``find`` (none
   for an unknown one), ``known_names``.
-- ``smi``: the parsers of the device tools' output (``npu-smi info``, ``hl-smi``, hccl_demo).
+- What the platforms' parts share: ``probe`` (the runtime checks' verdict and reading a
+  role's probe), ``versions``, ``image`` (judging a stack's container image) and ``exporter``
+  (what a device exporter declares).
 
 The platforms' numbers are data (data/platforms.yml); ``acceldeploy.planner.platforms`` joins
-them with the host's stack into a ``Platform``, whose ``behaviour`` is its class here. This
-package imports nothing of acceldeploy but its errors, so every layer above may use it.
+them with the host's stack into a ``Platform``, whose ``behaviour`` is its class here. The
+classes and what they use import nothing of acceldeploy but its errors and data files, so every
+layer above may use them; a platform's runtime check sits above the planner, whose stacks its
+refusals name (pyproject.toml's import contracts place each part).
 """
 
 from __future__ import annotations

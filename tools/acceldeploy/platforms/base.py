@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from acceldeploy.platforms.exporter import Exporter
+
 HEALTHY = "OK"
 
 
@@ -37,10 +39,9 @@ class PlatformBehaviour:
     wheel_lock: ClassVar[bool] = False
     # The role that gates its hosts' runtime (roles/<this>); none: nothing to gate.
     runtime_role: ClassVar[str | None] = None
-    # The vendor's device exporter roles/monitor deploys on its serving hosts, by its
-    # Prometheus job (data/device-exporters.yml, acceldeploy.monitor.device_exporters);
-    # none: it has none.
-    device_exporter: ClassVar[str | None] = None
+    # The vendor's device exporter roles/monitor deploys on its serving hosts (its package's
+    # ``exporter``; which host runs it: acceldeploy.monitor.device_exporters); none: it has none.
+    device_exporter: ClassVar[Exporter | None] = None
     # Its services own accelerator devices (a service on it lists them, device 0 when unset).
     has_devices: ClassVar[bool] = True
     # In a container its devices come through its own container runtime (the stack's

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.platforms.ascend import AscendPlatform
+from acceldeploy.platforms.ascend.platform import AscendPlatform
 from acceldeploy.platforms.base import PlatformBehaviour
-from acceldeploy.platforms.cpu import CpuPlatform
-from acceldeploy.platforms.gaudi import GaudiPlatform
+from acceldeploy.platforms.cpu.platform import CpuPlatform
+from acceldeploy.platforms.gaudi.platform import GaudiPlatform
 
 # In the order messages list them.
 PLATFORMS: tuple[PlatformBehaviour, ...] = (AscendPlatform(), GaudiPlatform(), CpuPlatform())

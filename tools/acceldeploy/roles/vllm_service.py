@@ -15,8 +15,8 @@ from acceldeploy.gateway import plan as gateway_plan
 from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.inventory.listeners import Listener
 from acceldeploy.inventory.scope import Scope
+from acceldeploy.platforms.gaudi import runtime as gaudi
 from acceldeploy.roles.contract import Contract
-from acceldeploy.runtimes import gaudi
 from acceldeploy.serving import cluster, hostplan
 from acceldeploy.serving.layout import UnitLayout
 from acceldeploy.serving.service import host_services, service_listeners

@@ -6,16 +6,14 @@ raw text on the hosts (the roles' probe modules) and calls these functions throu
 plugins/filter/runtime_filters.py. Templates and tasks only print what comes back.
 
 - ``acceldeploy.planner.stacks``: the pinned stack of each platform (versions/stacks.yml).
-- ``versions``: version ordering and the ``key=value`` version files.
-- ``smi``: ``npu-smi info``, ``hl-smi`` (default, ``-Q index,module_id -f csv``,
-  ``topo -c -N``) and hccl_demo output (the parsers live in ``acceldeploy.platforms.smi``).
-- ``probe``: the verdict the runtime checks build and reading a role's probe.
-- ``ascend``: driver / firmware / CANN version files, options and ``ascend_check`` (CANN == the
-  pinned vllm-ascend's CANN, driver and firmware compatible, NPUs healthy, device nodes
-  present, optional CANN ``.run`` install plan).
-- ``gaudi``: options, hccl_demo, the Docker daemon's runtimes and ``gaudi_check`` (driver
-  matches the image's Intel Gaudi software, habana runtime registered, module ids, NUMA
-  nodes, image present or loadable).
+- Each accelerator's runtime check lives with its platform: ``acceldeploy.platforms.ascend.runtime``
+  (driver / firmware / CANN version files, options and ``ascend_check``: CANN == the pinned
+  vllm-ascend's CANN, driver and firmware compatible, NPUs healthy, device nodes present,
+  optional CANN ``.run`` install plan) and ``acceldeploy.platforms.gaudi.runtime`` (options,
+  hccl_demo, the Docker daemon's runtimes and ``gaudi_check``: driver matches the image's Intel
+  Gaudi software, habana runtime registered, module ids, NUMA nodes, image present or
+  loadable). What they share (the verdict, reading a probe, versions, the image) is in
+  ``acceldeploy.platforms`` (``probe``, ``versions``, ``image``).
 - ``stacklock``: preflight's first contact runs the runtime checks' version rules (driver,
   firmware, CANN, habanalabs driver) on what its read-only probe read, before any host changes.
 - ``python_env``: ``env_prefix``, ``python_env_plan`` (the exact commands for venv / conda /
@@ -28,16 +26,17 @@ This package re-exports what the roles' filters, ``acceldeploy.verify`` and the 
 from __future__ import annotations
 
 from acceldeploy.planner.stacks import stack
-from acceldeploy.platforms.smi import parse_hccl_demo, parse_hl_smi, parse_npu_smi_info
-from acceldeploy.runtimes.ascend import ascend_check, ascend_fact, ascend_options
-from acceldeploy.runtimes.gaudi import (
+from acceldeploy.platforms.ascend.runtime import ascend_check, ascend_fact, ascend_options
+from acceldeploy.platforms.ascend.smi import parse_npu_smi_info
+from acceldeploy.platforms.gaudi.runtime import (
     docker_daemon_with_runtime,
     gaudi_check,
     gaudi_fact,
     gaudi_hccl_argv,
     gaudi_options,
 )
-from acceldeploy.runtimes.probe import chosen_devices, service_devices
+from acceldeploy.platforms.gaudi.smi import parse_hccl_demo, parse_hl_smi
+from acceldeploy.platforms.probe import chosen_devices, service_devices
 from acceldeploy.runtimes.python_env import (
     RECORD_NAME,
     env_prefix,

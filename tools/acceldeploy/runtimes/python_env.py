@@ -28,7 +28,7 @@ from acceldeploy.planner import defects
 from acceldeploy.planner.platforms import get_platform
 from acceldeploy.planner.stacks import host_stack, installer_pin, lock_requirements
 from acceldeploy.platforms import find, for_name
-from acceldeploy.runtimes.versions import normalize_name
+from acceldeploy.platforms.versions import normalize_name
 
 # Bumped when the way an environment is built changes (not its pins): forces a rebuild.
 PLAN_FORMAT = 2

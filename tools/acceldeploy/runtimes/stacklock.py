@@ -25,13 +25,13 @@ from typing import Any, TypeVar
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import roledefaults, targets
 from acceldeploy.platforms import for_name
-from acceldeploy.runtimes.ascend import (
+from acceldeploy.platforms.ascend.runtime import (
     ASCEND_VERSION_CHECKS,
     AscendHost,
     check_cann_version,
 )
-from acceldeploy.runtimes.gaudi import GAUDI_VERSION_CHECKS, GaudiHost
-from acceldeploy.runtimes.probe import CheckRun
+from acceldeploy.platforms.gaudi.runtime import GAUDI_VERSION_CHECKS, GaudiHost
+from acceldeploy.platforms.probe import CheckRun
 
 Host = TypeVar("Host", bound=CheckRun)
 

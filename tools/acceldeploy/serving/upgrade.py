@@ -28,7 +28,9 @@ from acceldeploy.inventory import bounds, groups, roledefaults
 from acceldeploy.planner import defects, enginefacts, stacks
 from acceldeploy.planner.engineopts import EngineOptions, platform_engine
 from acceldeploy.planner.platforms import get_platform, runs_in_image
-from acceldeploy.runtimes import ascend, python_env, stacklock, versions
+from acceldeploy.platforms import versions
+from acceldeploy.platforms.ascend import runtime as ascend
+from acceldeploy.runtimes import python_env, stacklock
 from acceldeploy.serving.hostplan import host_launches
 from acceldeploy.serving.service import parse_services
 from acceldeploy.serving.values import Launch

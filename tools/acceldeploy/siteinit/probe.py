@@ -14,7 +14,8 @@ from typing import Any
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory import targets
-from acceldeploy.platforms.smi import parse_hl_smi, parse_npu_smi_info
+from acceldeploy.platforms.ascend.smi import parse_npu_smi_info
+from acceldeploy.platforms.gaudi.smi import parse_hl_smi
 
 PYTHON = "python3"  # what Ansible's modules run with on the host (ansible_python_interpreter)
 COMMANDS = {"npu-smi": ["npu-smi", "info"], "hl-smi": ["hl-smi"], "ip": ["ip", "-j", "addr"]}

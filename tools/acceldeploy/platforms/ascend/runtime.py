@@ -18,16 +18,16 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.platforms import runs_in_image
 from acceldeploy.planner.stacks import other_stacks_hint, stack_label
-from acceldeploy.platforms.smi import NpuSmi, parse_npu_smi_info
-from acceldeploy.runtimes.image import image_options, judge_image
-from acceldeploy.runtimes.probe import (
+from acceldeploy.platforms.ascend.smi import NpuSmi, parse_npu_smi_info
+from acceldeploy.platforms.image import image_options, judge_image
+from acceldeploy.platforms.probe import (
     CheckRun,
     Verdict,
     device_node_errors,
     probed_command,
     probed_file,
 )
-from acceldeploy.runtimes.versions import (
+from acceldeploy.platforms.versions import (
     families,
     innerversion_family,
     leading_numbers,

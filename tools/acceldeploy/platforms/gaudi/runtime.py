@@ -19,15 +19,20 @@ from typing import Any, TypeVar
 
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner.stacks import listed, other_stacks_hint, stack_label
-from acceldeploy.platforms.smi import HlSmi, parse_hl_smi, parse_hl_smi_modules, parse_hl_smi_topo
-from acceldeploy.runtimes.image import image_options, judge_image
-from acceldeploy.runtimes.probe import (
+from acceldeploy.platforms.gaudi.smi import (
+    HlSmi,
+    parse_hl_smi,
+    parse_hl_smi_modules,
+    parse_hl_smi_topo,
+)
+from acceldeploy.platforms.image import image_options, judge_image
+from acceldeploy.platforms.probe import (
     CheckRun,
     device_node_errors,
     probed_command,
     probed_file,
 )
-from acceldeploy.runtimes.versions import leading_numbers, same_version
+from acceldeploy.platforms.versions import leading_numbers, same_version
 
 T = TypeVar("T")
 ROLE = "gaudi_runtime"

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy.platforms.base import HEALTHY, DeviceReading, PlatformBehaviour
-from acceldeploy.platforms.smi import parse_hl_smi
+from acceldeploy.platforms.gaudi.exporter import GAUDI
+from acceldeploy.platforms.gaudi.smi import parse_hl_smi
 
 
 class GaudiPlatform(PlatformBehaviour):
@@ -14,7 +15,7 @@ class GaudiPlatform(PlatformBehaviour):
     stack_keys = ("software", "image", "vllm", "engine_options", "docker_run_args")
     smi_command = ("hl-smi",)
     runtime_role = "gaudi_runtime"
-    device_exporter = "gaudi"
+    device_exporter = GAUDI
     container_runtime_devices = True
     shape_buckets = True
 

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.runtimes.probe import CheckRun, probed_command
+from acceldeploy.platforms.probe import CheckRun, probed_command
 
 IMAGE_REFERENCE = re.compile(r"[a-z0-9][a-z0-9._/:@-]*")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from acceldeploy.platforms.ascend.exporter import NPU
+from acceldeploy.platforms.ascend.smi import parse_npu_smi_info
 from acceldeploy.platforms.base import DeviceReading, PlatformBehaviour
-from acceldeploy.platforms.smi import parse_npu_smi_info
 
 
 class AscendPlatform(PlatformBehaviour):
@@ -30,7 +31,7 @@ class AscendPlatform(PlatformBehaviour):
     )
     smi_command = ("npu-smi", "info")
     runtime_role = "ascend_runtime"
-    device_exporter = "npu"
+    device_exporter = NPU
 
     def read_devices(self, smi_output: str) -> list[DeviceReading]:
         """Every chip, by its NPU id; its HBM is the memory the services use."""
