@@ -23,8 +23,8 @@ from ansible.plugins.action import ActionBase
 import acceldeploy
 from acceldeploy import roles, secrets
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.host.state import drift
 from acceldeploy.inventory.ansible_adapter import error_message, task_scope
-from acceldeploy.state import drift
 
 MODULE = "acceldeploy.fleet.acceldeploy_state"
 # The collection's root (this repository, or where ansible-galaxy installed it): its roles,

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from acceldeploy.host.state import drift
 from acceldeploy.inventory import groups
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.platforms import for_name
 from acceldeploy.serving import cluster
-from acceldeploy.state import drift
 
 # The collection's root (this repository, or where ansible-galaxy installed it): the roles,
 # plugins and playbooks whose digest is part of every no-op key, the roles whose variables an

@@ -9,7 +9,7 @@ from typing import Any
 
 from acceldeploy.bundle import check, hostclass
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.fetch.common import ModelSpec
+from acceldeploy.host.fetch.common import ModelSpec
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.inventory.hostvars import hosts_vars
 

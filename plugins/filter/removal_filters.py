@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from acceldeploy.host.state.drift import show_blocks
 from acceldeploy.inventory import groups
 from acceldeploy.inventory.ansible_adapter import filters, plain
 from acceldeploy.removal import plan
-from acceldeploy.state.drift import show_blocks
 
 
 def acceldeploy_removal_plan(

@@ -12,10 +12,10 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.host.state import switch
 from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.roles import vllm_service
 from acceldeploy.serving import crash
-from acceldeploy.state import switch
 
 
 def vllm_service_secret_env(services: list[dict[str, Any]], name: str) -> str:

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 """The readiness gate of a multi-node group on one node: collect what the host says (its
 interfaces, the listening ports and their units, dials to the peers, each NPU's hccn_tool
-output), and let tools/acceldeploy/readiness/gate.py judge it. Read-only."""
+output), and let tools/acceldeploy/host/readiness/gate.py judge it. Read-only."""
 
 from __future__ import annotations
 
@@ -67,10 +67,10 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 # The host-side code: the collection's module_utils (tools/acceldeploy), zipped by AnsiballZ.
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.readiness import (
     gate as readiness,
 )
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.readiness import (
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.readiness import (
     hccn,
     hlports,
     procnet,

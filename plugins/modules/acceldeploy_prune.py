@@ -1,6 +1,6 @@
 #!/usr/bin/python
 """Remove old directories beside the current ones, except what is in use or kept by count
-(tools/acceldeploy/state/prune.py decides)."""
+(tools/acceldeploy/host/state/prune.py decides)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ import shutil
 from ansible.module_utils.basic import AnsibleModule
 
 # The host-side code: the collection's module_utils (tools/acceldeploy), zipped by AnsiballZ.
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.state import prune
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.state import prune
 
 
 def main() -> None:

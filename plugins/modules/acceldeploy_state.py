@@ -1,6 +1,6 @@
 #!/usr/bin/python
 """The fast no-op path's one call per role and host: compare the host with what the role's
-last converge recorded, or record it (tools/acceldeploy/state/drift.py decides)."""
+last converge recorded, or record it (tools/acceldeploy/host/state/drift.py decides)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 # The host-side code: the collection's module_utils (tools/acceldeploy), zipped by AnsiballZ.
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.state import drift
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.state import drift
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/python
-"""Thin Ansible adapter over acceldeploy.fetch (tools/acceldeploy/fetch/), which Ansible ships
-inside this module's payload from the collection's module_utils."""
+"""Thin Ansible adapter over acceldeploy.host.fetch (tools/acceldeploy/host/fetch/), which
+Ansible ships inside this module's payload from the collection's module_utils."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ module: model_weights_fetch
 short_description: Download, verify and atomically publish model weights on a host
 description:
   - Runs with the fetch venv's interpreter (huggingface_hub and modelscope installed). All
-    decisions live in tools/acceldeploy/fetch/ (unit-tested on the controller), which Ansible
+    decisions live in tools/acceldeploy/host/fetch/ (unit-tested on the controller), which Ansible
     zips into this module's payload from the collection's C(plugins/module_utils/acceldeploy);
     nothing is installed on the host for it.
   - I(state=present) plans every model (manifest, hub listing, staging), checks free space
@@ -154,18 +154,18 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.errors import (
     AcceldeployError,
 )
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.common import (
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.fetch.common import (  # noqa: E501
     Layout,
 )
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.plan import (
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.fetch.plan import (
     check_space,
 )
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.run import (
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.fetch.run import (
     plan_host,
     request_from_params,
     run,
 )
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.seed import (
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.fetch.seed import (
     start_seed_server,
     stop_seed_server,
 )

@@ -1,6 +1,7 @@
 #!/usr/bin/python
-"""Thin Ansible adapter over acceldeploy.fetch.envcopy (tools/acceldeploy/fetch/envcopy.py),
-which Ansible ships inside this module's payload as module_utils."""
+"""Thin Ansible adapter over acceldeploy.host.fetch.envcopy
+(tools/acceldeploy/host/fetch/envcopy.py), which Ansible ships inside this module's payload as
+module_utils."""
 
 from __future__ import annotations
 
@@ -84,12 +85,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.errors import (
     AcceldeployError,
 )
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.envcopy import (
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.fetch.envcopy import (  # noqa: E501
     SERVER,
     make_env_server,
     pull_env,
 )
-from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.fetch.seed import (
+from ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy.host.fetch.seed import (
     start_daemon,
     stop_daemon,
 )

@@ -19,7 +19,7 @@ import yaml
 from ansible_run import PlaybookRun, lab_inventory, run_playbook
 from labhost import ROOT, nft_drop, on_host
 
-from acceldeploy.readiness import hccn
+from acceldeploy.host.readiness import hccn
 
 pytestmark = pytest.mark.lab
 

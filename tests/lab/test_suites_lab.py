@@ -128,8 +128,8 @@ def test_the_planned_unit_passes_systemd_analyze_verify_on_247_and_257() -> None
     launcher_template = templates.from_string(
         (ROOT / "roles/vllm_service/templates/vllm-launcher.sh.j2").read_text()
     )
-    verify = (ROOT / "roles/vllm_service/files/vllm-unit-verify").read_text()
-    ready = (ROOT / "roles/vllm_service/files/vllm-ready").read_text()
+    verify = (ROOT / "tools/acceldeploy/host/helpers/vllm-unit-verify").read_text()
+    ready = (ROOT / "tools/acceldeploy/host/helpers/vllm-ready").read_text()
     for host in SUITES:
         (unit,) = hostplan.plan_host(hostvars.host_vars(str(lab_inventory().parent), host))
         planned = unit.to_dict()

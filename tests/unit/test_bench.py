@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.bench import baseline, dataset, driver, profiles, series, verdict
+from acceldeploy.bench import baseline, dataset, profiles, series, verdict
 from acceldeploy.bench.series import Sample
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.host.bench import driver
 
 DATA = Path(__file__).parents[1] / "data" / "recorded"
 

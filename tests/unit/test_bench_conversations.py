@@ -1,4 +1,4 @@
-"""The conversations bench dataset (bench/conversations.py): conversations whose turns extend
+"""The conversations bench dataset (host/bench/conversations.py): conversations whose turns extend
 one another, new ones each round, one system prompt for all; the result in vLLM's keys; and the
 fleet's prefix-cache hit rate from each server's counters (bench/runner.py). The lab runs it
 for real through the gateway (tests/lab/test_gateway_affinity.py)."""
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.bench import conversations, profiles, report, runner
+from acceldeploy.bench import profiles, report, runner
+from acceldeploy.host.bench import conversations
 from acceldeploy.verify.api import png
 
 
@@ -181,7 +182,7 @@ def test_another_profiles_dict_and_so_its_baselines_key_are_what_they_were() -> 
 
 
 def test_the_driver_runs_its_own_load_for_the_conversations_dataset_only() -> None:
-    from acceldeploy.bench import driver
+    from acceldeploy.host.bench import driver
 
     assert driver.own_load({"profile": profile()})
     assert not driver.own_load({"profile": profiles.pick(None, "smoke").to_dict()})

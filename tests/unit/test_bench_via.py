@@ -109,7 +109,8 @@ def test_bench_refuses_flags_that_do_not_mix_with_a_gateway(
 
 
 def test_the_driver_loads_the_gateway_and_samples_its_own_host(tmp_path: Path) -> None:
-    from acceldeploy.bench import driver, runner
+    from acceldeploy.bench import runner
+    from acceldeploy.host.bench import driver
 
     path = lab_inventory(tmp_path, gateway_client_keys=["sk-client-1"])
     (target,) = via.targets(selection.every_host(str(path)), "lab3", [], smoke)

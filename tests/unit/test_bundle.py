@@ -21,8 +21,8 @@ import pytest
 from acceldeploy.bundle import check, hostclass, manifest, server
 from acceldeploy.cli import main as cli_main
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.fetch.common import MANIFEST as MODEL_MANIFEST
-from acceldeploy.fetch.common import MANIFEST_FORMAT
+from acceldeploy.host.fetch.common import MANIFEST as MODEL_MANIFEST
+from acceldeploy.host.fetch.common import MANIFEST_FORMAT
 
 
 def free_port() -> int:

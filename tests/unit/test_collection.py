@@ -89,7 +89,10 @@ def test_the_tarball_holds_the_roles_and_plugins_and_no_local_state(built) -> No
     # the host-side code: a symlink inside the collection, kept as one
     utils = members["plugins/module_utils/acceldeploy"]
     assert utils.issym() and utils.linkname == "../../tools/acceldeploy"
-    assert "tools/acceldeploy/state/drift.py" in names and "tools/acceldeploy/fetch/run.py" in names
+    assert (
+        "tools/acceldeploy/host/state/drift.py" in names
+        and "tools/acceldeploy/host/fetch/run.py" in names
+    )
     assert "roles/vllm_service/templates/vllm.service.j2" in names
     # the package's data seen from the documented places: symlinks inside the collection, kept
     for name in ("versions", "schemas"):

@@ -17,10 +17,10 @@ from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.readiness import procnet
+from acceldeploy.host.readiness import procnet
 
 ROOT = Path(__file__).resolve().parents[2]
-HELPER = ROOT / "roles/vllm_service/files/vllm-dp-watch"
+HELPER = ROOT / "tools/acceldeploy/host/helpers/vllm-dp-watch"
 HEAD = "127.0.0.31"  # a loopback address of its own, as the lab's nodes have
 
 

@@ -1,4 +1,4 @@
-"""tools/acceldeploy/state/drift.py: the no-op path's record and comparison, on real files."""
+"""tools/acceldeploy/host/state/drift.py: the no-op path's record and comparison, on real files."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from acceldeploy.state import drift
+from acceldeploy.host.state import drift
 
 
 def converge(tmp_path: Path, key: str = "k1") -> tuple[Path, drift.Spec]:

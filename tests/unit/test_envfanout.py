@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.fetch.common import WeightsError
-from acceldeploy.fetch.envcopy import make_env_server, pull_env, verify_records
+from acceldeploy.host.fetch.common import WeightsError
+from acceldeploy.host.fetch.envcopy import make_env_server, pull_env, verify_records
 from acceldeploy.runtimes.envfanout import plan
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.readiness import hccn
+from acceldeploy.host.readiness import hccn
 
 RECORDED = Path(__file__).resolve().parents[1] / "data/recorded"
 

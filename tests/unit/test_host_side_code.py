@@ -18,8 +18,8 @@ PACKAGE = ROOT / "tools" / "acceldeploy"
 MODULE_UTILS = "ansible_collections.acceldeploy.fleet.plugins.module_utils.acceldeploy"
 OLDEST = (3, 9)
 # Imported inside the functions that use them: the hub clients (the fetch venv has them), Ray
-# (ray-wait runs with the serving environment's Python).
-LAZY_OK = ("huggingface_hub", "modelscope", "modelscope_hub", "ray")
+# and vLLM (ray-wait and the bench driver run with the serving environment's Python).
+LAZY_OK = ("huggingface_hub", "modelscope", "modelscope_hub", "ray", "vllm")
 # The library features newer than 3.9 that its syntax check cannot see.
 NEWER_CALLS = {"zip": {"strict"}, "dataclass": {"slots", "kw_only"},
                "dataclasses.dataclass": {"slots", "kw_only"}}  # fmt: skip
@@ -85,7 +85,12 @@ def _annotations(tree: ast.Module) -> list[ast.expr]:
 
 
 # Run from the package where the models are: a host that mounts the shared model storage.
-RUN_FROM_THE_PACKAGE = (PACKAGE / "fetch" / "__main__.py",)
+RUN_FROM_THE_PACKAGE = (PACKAGE / "host" / "fetch" / "__main__.py",)
+# The home of host-side code; the modules stay where Ansible looks for them.
+HOME = PACKAGE / "host"
+# What the host-side code imports from the package's root (shipped with it): the package's own
+# __init__, its errors (which mask secrets) and its model references.
+SHARED_WITH_THE_CONTROLLER = ("__init__.py", "errors.py", "secrets.py", "modelref.py")
 
 
 def host_side_files() -> list[Path]:
@@ -105,7 +110,10 @@ def host_side_files() -> list[Path]:
             shipped.append(init)
             init = init.parent.parent / "__init__.py"
     copied = [p.resolve() for p in sorted(ROOT.glob("roles/*/files/*")) if _is_python(p)]
-    return sorted({*seen, *copied})
+    home = [p.resolve() for p in sorted(HOME.rglob("*"))
+            if not any(part.startswith((".", "__pycache__")) for part in p.relative_to(HOME).parts)
+            and _is_python(p)]  # fmt: skip
+    return sorted({*seen, *copied, *home})
 
 
 def _where(path: Path) -> str:
@@ -114,10 +122,11 @@ def _where(path: Path) -> str:
 
 def test_the_guard_sees_every_kind_of_host_side_code() -> None:
     found = {_where(p) for p in host_side_files()}
-    for expected in ("plugins/modules/acceldeploy_group_gate.py", "tools/acceldeploy/readiness/gate.py",
-                     "tools/acceldeploy/fetch/seed.py", "tools/acceldeploy/state/drift.py",
-                     "tools/acceldeploy/bench/unitmemory.py", "roles/vllm_service/files/vllm-dp-watch",
-                     "roles/gateway/files/haproxy-save-state", "tools/acceldeploy/__init__.py"):  # fmt: skip
+    for expected in ("plugins/modules/acceldeploy_group_gate.py", "tools/acceldeploy/host/readiness/gate.py",
+                     "tools/acceldeploy/host/fetch/seed.py", "tools/acceldeploy/host/state/drift.py",
+                     "tools/acceldeploy/host/unitmemory.py", "tools/acceldeploy/host/helpers/vllm-dp-watch",
+                     "tools/acceldeploy/host/helpers/haproxy-save-state", "tools/acceldeploy/__init__.py",
+                     "tools/acceldeploy/host/bench/driver.py"):  # fmt: skip
         assert expected in found, expected
     assert "tools/acceldeploy/roles/contract.py" not in found
 
@@ -157,9 +166,29 @@ def problems(path: Path, is_module: bool = False, beside: tuple[str, ...] = ()) 
 
 
 def _siblings(path: Path) -> tuple[str, ...]:
-    """The modules a role installs beside this helper (none for other host-side code)."""
+    """The modules installed beside this file: a role's helper's siblings in roles/<role>/files,
+    or the files acceldeploy bench ships beside its driver (none for other host-side code)."""
+    from acceldeploy.bench.runner import MODULES
+
+    shipped = {Path(str(m.__file__)).resolve() for m in MODULES}
+    if path in shipped:
+        return tuple(p.stem for p in shipped if p != path)
     helpers = [p for p in ROOT.glob("roles/*/files/*") if p.resolve() == path]
     return tuple(p.stem for h in helpers for p in h.parent.glob("*.py") if p != h)
+
+
+def test_host_side_code_has_one_home() -> None:
+    """What runs on a host lives in tools/acceldeploy/host/ (the roles' helpers are symlinks
+    into it); only the modules, where Ansible looks for them, and the package's root modules
+    the host code imports are elsewhere."""
+    elsewhere = [
+        _where(p) for p in host_side_files()
+        if not p.is_relative_to(HOME) and p.parent != ROOT / "plugins" / "modules"
+        and not (p.parent == PACKAGE and p.name in SHARED_WITH_THE_CONTROLLER)
+    ]  # fmt: skip
+    assert elsewhere == []
+    for helper in ROOT.glob("roles/*/files/*"):
+        assert helper.is_symlink() and helper.resolve().is_relative_to(HOME), _where(helper)
 
 
 @pytest.mark.parametrize("path", host_side_files(), ids=_where)

@@ -101,7 +101,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_product_wheel_holds_no_lab(sources: Path, tmp_path: Path) -> None:
     with wheel(sources, tmp_path) as built:
         names = built.namelist()
-    assert "acceldeploy/cli/__init__.py" in names and "acceldeploy/state/drift.py" in names
+    assert "acceldeploy/cli/__init__.py" in names and "acceldeploy/host/state/drift.py" in names
     lab = [n for n in names if n.startswith(("acceldeploy_lab", "acceldeploy/lab/"))]
     assert not lab and "acceldeploy/cli/lab.py" not in names, lab
 

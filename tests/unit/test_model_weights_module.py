@@ -1,5 +1,5 @@
 """plugins/modules/model_weights_fetch.py gets its code through the collection's module_utils:
-AnsiballZ zips plugins/module_utils/acceldeploy/fetch (tools/acceldeploy/fetch, and the
+AnsiballZ zips plugins/module_utils/acceldeploy/host/fetch (tools/acceldeploy/host/fetch, and the
 ``..modelref`` and ``..errors`` it imports) into the module's payload. Here the module runs through a real
 ``ansible`` ad-hoc call on this machine (local connection), its payload is unpacked and
 listed: it carries that and nothing else of acceldeploy. What a host can run of it (the
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from acceldeploy.fetch.common import Listing, ModelSpec, RemoteFile, hash_file
-from acceldeploy.fetch.manifest import write_manifest
+from acceldeploy.host.fetch.common import Listing, ModelSpec, RemoteFile, hash_file
+from acceldeploy.host.fetch.manifest import write_manifest
 from acceldeploy.inventory.scope import Scope
 from acceldeploy.roles import model_weights
 
@@ -34,15 +34,16 @@ SHIPPED = {
     "errors.py",
     "modelref.py",
     "secrets.py",
-    "fetch/__init__.py",
-    "fetch/common.py",
-    "fetch/hub.py",
-    "fetch/manifest.py",
-    "fetch/plan.py",
-    "fetch/progress.py",
-    "fetch/publish.py",
-    "fetch/run.py",
-    "fetch/seed.py",
+    "host/__init__.py",
+    "host/fetch/__init__.py",
+    "host/fetch/common.py",
+    "host/fetch/hub.py",
+    "host/fetch/manifest.py",
+    "host/fetch/plan.py",
+    "host/fetch/progress.py",
+    "host/fetch/publish.py",
+    "host/fetch/run.py",
+    "host/fetch/seed.py",
 }
 
 
@@ -135,10 +136,10 @@ def test_module_runs_from_its_payload(tmp_path):
     assert plan["action"] == "repair" and "sub/w.safetensors" in plan["bad"], plan
 
 
-@pytest.mark.parametrize("name", ["__init__.py", "state/__init__.py"])
+@pytest.mark.parametrize("name", ["__init__.py", "host/__init__.py", "host/state/__init__.py"])
 def test_the_package_init_stays_import_light(name):
-    """tools/acceldeploy/__init__.py is shipped with every call of the module, state/__init__.py
-    with every call of acceldeploy_state and acceldeploy_prune."""
+    """tools/acceldeploy/__init__.py and host/__init__.py are shipped with every call of a
+    module, host/state/__init__.py with every call of acceldeploy_state and acceldeploy_prune."""
     tree = ast.parse((PACKAGE / name).read_text())
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
 

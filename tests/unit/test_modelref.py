@@ -7,7 +7,7 @@ import pytest
 
 from acceldeploy import modelref
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.fetch.common import Layout, ModelSpec
+from acceldeploy.host.fetch.common import Layout, ModelSpec
 from acceldeploy.modelref import ModelRef, ModelRefError, model_dir, model_dirname, parse_model_ref
 from acceldeploy.serving.render import model_path
 from acceldeploy.serving.service import parse_service

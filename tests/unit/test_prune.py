@@ -1,4 +1,4 @@
-"""tools/acceldeploy/state/prune.py: what old env builds and model revisions may go."""
+"""tools/acceldeploy/host/state/prune.py: what old env builds and model revisions may go."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from acceldeploy.state import prune
-from acceldeploy.state.prune import Entry
+from acceldeploy.host.state import prune
+from acceldeploy.host.state.prune import Entry
 
 
 def builds(*complete: bool) -> list[Entry]:

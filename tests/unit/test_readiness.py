@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from acceldeploy import roles
+from acceldeploy.host.readiness import gate as readiness
+from acceldeploy.host.readiness import hlports, procnet
 from acceldeploy.inventory.hostvars import hosts_vars
 from acceldeploy.inventory.scope import Scope
-from acceldeploy.readiness import gate as readiness
-from acceldeploy.readiness import hlports, procnet
 from acceldeploy.serving import cluster, hostplan
 
 ROOT = Path(__file__).resolve().parents[2]

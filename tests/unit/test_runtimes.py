@@ -563,7 +563,7 @@ def test_every_cpu_lock_pins_the_labs_installer() -> None:
 
 
 def test_the_no_op_path_sees_an_install_an_uninstall_and_a_moved_link(tmp_path: Path) -> None:
-    from acceldeploy.state import drift
+    from acceldeploy.host.state import drift
 
     plan = python_env.python_env_plan({**CPU, "venv_path": str(tmp_path / "venv")})
     staging = Path(plan["staging"])

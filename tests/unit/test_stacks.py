@@ -376,7 +376,7 @@ def test_a_stack_may_rename_metrics_and_bench_reads_them(tmp_path: Path) -> None
     )
     platform = get_platform("cpu", str(path), "cpu-vllm-0.13.0")
     assert platform.metrics["running"] == "vllm:requests_running"
-    from acceldeploy.bench import driver
+    from acceldeploy.host.bench import driver
 
     wanted = {platform.metrics[key]: key for key in driver.METRICS.values()}
     text = 'vllm:requests_running{model_name="m"} 3\nvllm:num_requests_running 9\n'

@@ -1,13 +1,13 @@
-"""tools/acceldeploy/state/switch.py: the line --check --diff prints per changed service."""
+"""tools/acceldeploy/host/state/switch.py: the line --check --diff prints per changed service."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from acceldeploy.host.state import switch
 from acceldeploy.inventory.hostvars import host_vars
 from acceldeploy.serving import hostplan
 from acceldeploy.serving.unit import render_files
-from acceldeploy.state import switch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventory/examples"
 HOSTS = ((EXAMPLES / "ascend-910b", "npu-01"), (EXAMPLES / "gaudi2", "hpu-01"))

@@ -513,7 +513,7 @@ def test_vllm_drain_counts_the_series_it_is_given() -> None:
         return (f"vllm:requests_running {running}.0\nvllm:num_requests_running 0.0\n").encode()
 
     server = serve(metrics)
-    drain = Path(__file__).resolve().parents[2] / "roles/vllm_service/files/vllm-drain"
+    drain = Path(__file__).resolve().parents[2] / "tools/acceldeploy/host/helpers/vllm-drain"
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         argv = [sys.executable, str(drain), url, "30", "vllm:requests_running", "vllm:waiting"]
@@ -525,7 +525,7 @@ def test_vllm_drain_counts_the_series_it_is_given() -> None:
 
 
 def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
-    """roles/vllm_service/files/vllm-drain against a real HTTP server whose /metrics shows
+    """tools/acceldeploy/host/helpers/vllm-drain against a real HTTP server whose /metrics shows
     one running request for 1.5 s from the drain's first scrape: it waits that long, says so,
     and exits 0. A /metrics too busy to answer within its 5 s is waited for, not taken for a
     server that is gone; an open client connection is waited for too. Every window counts from
@@ -555,7 +555,7 @@ def test_vllm_drain_waits_for_the_requests_in_flight(tmp_path: Path) -> None:
                 'vllm:num_requests_waiting{model_name="m"} 0.0\n').encode()  # fmt: skip
 
     server = serve(metrics)
-    drain = Path(__file__).resolve().parents[2] / "roles/vllm_service/files/vllm-drain"
+    drain = Path(__file__).resolve().parents[2] / "tools/acceldeploy/host/helpers/vllm-drain"
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         proc = subprocess.run([sys.executable, str(drain), url, "30"], capture_output=True,

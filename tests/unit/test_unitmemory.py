@@ -1,4 +1,4 @@
-"""A unit's memory as node exporter's textfile collector reads it (acceldeploy.bench.unitmemory,
+"""A unit's memory as node exporter's textfile collector reads it (acceldeploy.host.unitmemory,
 also bench's memory source on cpu): the exposition passes promtool's own `check metrics`, a
 unit that is not running is left out, and the file is replaced atomically."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from acceldeploy.bench import unitmemory
+from acceldeploy.host import unitmemory
 
 READINGS = {"qwen3-vl.service": {"pss_mib": 1536.5, "rss_mib": 2048.0, "cgroup_mib": 2300.25},
             "stopped.service": {"pss_mib": 0.0, "rss_mib": 0.0}}  # fmt: skip

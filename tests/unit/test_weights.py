@@ -1,5 +1,5 @@
 """Model weights: the controller's inputs and fan-out (acceldeploy.downloads.weights), and the hosts' side
-(acceldeploy.fetch): manifest checks, plans, atomic publish, seed server and pulls, on local
+(acceldeploy.host.fetch): manifest checks, plans, atomic publish, seed server and pulls, on local
 directories (no hub: the downloader is a stand-in)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 
 from acceldeploy.downloads import weights
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.fetch import plan as fetch_plan
-from acceldeploy.fetch.common import (
+from acceldeploy.host.fetch import plan as fetch_plan
+from acceldeploy.host.fetch.common import (
     GIB,
     MANIFEST,
     Layout,
@@ -30,17 +30,17 @@ from acceldeploy.fetch.common import (
     hash_file,
     matches,
 )
-from acceldeploy.fetch.plan import ModelPlan, check_space
-from acceldeploy.fetch.progress import Progress
-from acceldeploy.fetch.publish import model_lock
-from acceldeploy.fetch.run import (
+from acceldeploy.host.fetch.plan import ModelPlan, check_space
+from acceldeploy.host.fetch.progress import Progress
+from acceldeploy.host.fetch.publish import model_lock
+from acceldeploy.host.fetch.run import (
     HostRequest,
     _scrub,
     converge_model,
     plan_host,
     request_from_params,
 )
-from acceldeploy.fetch.seed import (
+from acceldeploy.host.fetch.seed import (
     _http_request,
     make_seed_server,
     serve_until_idle,

@@ -1,1 +1,1 @@
-../../../tools/acceldeploy/bench/unitmemory.py
+../../../tools/acceldeploy/host/unitmemory.py

@@ -1,1 +1,1 @@
-../../../tools/acceldeploy/readiness/procnet.py
+../../../tools/acceldeploy/host/helpers/acceldeploy_procnet.py

@@ -18,10 +18,10 @@ from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 
 VAR = "acceldeploy_bench_profiles"
-# Multi-turn chats: the load bench/conversations.py runs itself (the others are vLLM's).
+# Multi-turn chats: the load host/bench/conversations.py runs itself (the others are vLLM's).
 CONVERSATIONS = "conversations"
 DATASETS = ("images", "random", "random-mm", "sharegpt", "hf", CONVERSATIONS)
-# What a conversations profile (bench/conversations.py) has no use for: it runs its own load,
+# What a conversations profile (host/bench/conversations.py) has no use for: it runs its own load,
 # one conversation after another, not vLLM's at a rate.
 NOT_CONVERSATIONS = (
     "request_rate",

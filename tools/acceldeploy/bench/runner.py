@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from acceldeploy import secrets
-from acceldeploy.bench import conversations, dataset, driver, report, series, summary, unitmemory
+from acceldeploy.bench import dataset, report, series, summary
 from acceldeploy.bench.profiles import Profile
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.host import unitmemory
+from acceldeploy.host.bench import conversations, driver
 from acceldeploy.serving.hostplan import HostPlan
 from acceldeploy.serving.unit import ServiceUnit
 from acceldeploy.serving.values import Launch

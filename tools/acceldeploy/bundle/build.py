@@ -26,9 +26,9 @@ from acceldeploy.bundle.hostclass import HostClass, classes
 from acceldeploy.downloads import fetchlock, wheelcache, wheelhouse
 from acceldeploy.downloads.weights import merge, model_specs
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.fetch.common import GIB, ModelSpec, WeightsError
-from acceldeploy.fetch.run import HostRequest, plan_host, run
 from acceldeploy.gateway.plan import serving_hosts
+from acceldeploy.host.fetch.common import GIB, ModelSpec, WeightsError
+from acceldeploy.host.fetch.run import HostRequest, plan_host, run
 from acceldeploy.inventory import roledefaults
 from acceldeploy.monitor import device_exporters
 from acceldeploy.planner.stacks import host_stack, lock_requirements

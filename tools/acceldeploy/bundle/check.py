@@ -16,9 +16,9 @@ from acceldeploy.bundle.build import stack_pins, wanted_models
 from acceldeploy.bundle.hostclass import HostClass, classes
 from acceldeploy.downloads import fetchlock, wheelcache
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.fetch.common import MANIFEST as MODEL_MANIFEST
-from acceldeploy.fetch.manifest import manifest_listing, read_manifest
 from acceldeploy.gateway.plan import serving_hosts
+from acceldeploy.host.fetch.common import MANIFEST as MODEL_MANIFEST
+from acceldeploy.host.fetch.manifest import manifest_listing, read_manifest
 
 
 def _build_command(inventory: str, directory: Path) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 from acceldeploy.downloads.fetchlock import replacing
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.fetch.common import hash_file
+from acceldeploy.host.fetch.common import hash_file
 
 MANIFEST = "bundle.json"
 # In the controller's cache: the digests HashCache remembers, for build and preflight alike.

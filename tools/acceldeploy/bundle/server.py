@@ -1,6 +1,6 @@
 """The controller's read-only HTTP server for a bundle (and the lab's wheel cache): pip
 ``--find-links`` pages of a wheel directory, and the published models in the hosts' own seed
-protocol (``GET /m/<org>/<name>@<rev>/<file>``, Bearer token, Range; acceldeploy.fetch.seed),
+protocol (``GET /m/<org>/<name>@<rev>/<file>``, Bearer token, Range; acceldeploy.host.fetch.seed),
 and flat apt repositories of a distribution's packages (``GET /os/<release>/<file>``: Packages,
 Release and the .debs), each request logged with its client, tag and body bytes.
 
@@ -38,8 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from acceldeploy.fetch.common import MANIFEST as MODEL_MANIFEST
-from acceldeploy.fetch.manifest import read_manifest
+from acceldeploy.host.fetch.common import MANIFEST as MODEL_MANIFEST
+from acceldeploy.host.fetch.manifest import read_manifest
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8091

@@ -14,7 +14,7 @@ from acceldeploy.bundle import build, manifest, server
 from acceldeploy.cli.common import Parents, command
 from acceldeploy.downloads import wheelhouse
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.fetch.common import GIB
+from acceldeploy.host.fetch.common import GIB
 from acceldeploy.inventory.hostvars import hosts_vars
 
 DEFAULT_PORT = 8093

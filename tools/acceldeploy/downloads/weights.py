@@ -6,7 +6,7 @@ from the hub, what it pulls from a seed host and what it only verifies; bad inpu
 naming the variable, before any host changes. plugins/filter/model_weights_filters.py is the
 Ansible side of this module.
 
-The hosts' side (plan, download, verify, publish, seed server) is the ``acceldeploy.fetch``
+The hosts' side (plan, download, verify, publish, seed server) is the ``acceldeploy.host.fetch``
 package, which Ansible ships inside the model_weights_fetch module.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from acceldeploy.fetch.common import ModelSpec, WeightsError
+from acceldeploy.host.fetch.common import ModelSpec, WeightsError
 from acceldeploy.modelref import label, model_dir, parse_model_ref
 
 STRATEGIES = ("each", "seed")
@@ -190,7 +190,7 @@ def merge(previous: ModelSpec | None, spec: ModelSpec) -> ModelSpec:
 
 
 def state_spec(job: Mapping[str, Any], root: str, venv: str) -> dict[str, list[str]]:
-    """What the no-op path compares with the last converge (tools/acceldeploy/state/drift.py): each
+    """What the no-op path compares with the last converge (acceldeploy.host.state.drift): each
     published model directory this host keeps (its files' sizes and mtimes: the fast verify's
     view) and the fetch venv's record of what it was installed from."""
     return {"trees": kept_dirs(job, root),

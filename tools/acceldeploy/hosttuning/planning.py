@@ -274,7 +274,7 @@ GOVERNOR_FILES = "/sys/devices/system/cpu/cpufreq/policy*/scaling_governor"
 
 
 def state_spec(the_plan: Mapping[str, Any]) -> dict[str, list[str]]:
-    """What the no-op path compares with the last converge (tools/acceldeploy/state/drift.py): every
+    """What the no-op path compares with the last converge (acceldeploy.host.state.drift): every
     file the role writes or reads to decide, each live value it sets, /proc/cmdline (a reboot
     or a new kernel) and the units it keeps disabled."""
     grub = (the_plan.get("kernel") or {}).get("grub") or {}

@@ -40,7 +40,7 @@ INVENTORY_VARS: dict[str, dict[str, Any]] = {
     # and architecture (bundle/hostclass.py).
     "acceldeploy_os": {"type": "str"},
     "acceldeploy_arch": {"type": "str", "choices": ["x86_64", "aarch64"]},
-    # Ignore the no-op records (tools/acceldeploy/state/drift.py): every role checks everything.
+    # Ignore the no-op records (acceldeploy.host.state.drift): every role checks everything.
     "acceldeploy_full_check": {"type": "bool"},
     # A node of a multi-node service: its address on the network the nodes share
     # (serving/cluster.py).

@@ -1,6 +1,6 @@
 """What the monitor role's no-op path watches on a host (the state module's files and units):
 every file the role writes there and every unit it starts. A rerun whose inputs, files and
-units are as the last converge recorded them skips the role (tools/acceldeploy/state/drift.py)."""
+units are as the last converge recorded them skips the role (acceldeploy.host.state.drift)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.host.state.drift import RECORD_DIR
 from acceldeploy.inventory import bounds
 from acceldeploy.inventory.roledefaults import value
 from acceldeploy.inventory.scope import Scope
@@ -28,7 +29,6 @@ from acceldeploy.serving.backends import BACKENDS
 from acceldeploy.serving.hostplan import DEFAULT_MODELS_ROOT, ENV_KEYS
 from acceldeploy.serving.layout import UnitLayout, state_dir
 from acceldeploy.serving.service import NAME_RE
-from acceldeploy.state.drift import RECORD_DIR
 
 CHOICES = {
     "service": "acceldeploy_remove_service",

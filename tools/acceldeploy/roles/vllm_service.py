@@ -12,6 +12,7 @@ from typing import Any
 from acceldeploy.downloads import weights
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.gateway import plan as gateway_plan
+from acceldeploy.host.state.prune import revision_patterns as prune_revisions
 from acceldeploy.inventory.ansible_adapter import plain
 from acceldeploy.inventory.listeners import Listener
 from acceldeploy.inventory.scope import Scope
@@ -20,7 +21,6 @@ from acceldeploy.roles.contract import Contract
 from acceldeploy.serving import cluster, hostplan
 from acceldeploy.serving.layout import UnitLayout
 from acceldeploy.serving.service import host_services, service_listeners
-from acceldeploy.state.prune import revision_patterns as prune_revisions
 
 ROLE = "vllm_service"
 

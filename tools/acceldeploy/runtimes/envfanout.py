@@ -1,7 +1,7 @@
 """python_env's fan-out plan: of the hosts that (re)build an environment in a run, those that
 build the same one (one rebuild key at one path: one host class) form a group; its first host
 builds from the wheels and serves the result, the others pull it from that host (roles/
-python_env/tasks/fanout.yml, acceldeploy.fetch.envcopy on the hosts)."""
+python_env/tasks/fanout.yml, acceldeploy.host.fetch.envcopy on the hosts)."""
 
 from __future__ import annotations
 

@@ -931,7 +931,7 @@ def python_env_fact(plan: dict[str, Any], vllm_output: str = "") -> dict[str, An
 
 
 def python_env_state_spec(plan: dict[str, Any], fact_file: str) -> dict[str, list[str]]:
-    """What the no-op path compares with the last converge (tools/acceldeploy/state/drift.py): the
+    """What the no-op path compares with the last converge (acceldeploy.host.state.drift): the
     path's symlink, the build's record, pip's inputs, the local fact, the interpreter, and every
     installed distribution's RECORD (what ``pip list`` and an install or uninstall change).
     Empty for a container: the image is checked every run."""

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
+from acceldeploy.host.readiness import gate as readiness
 from acceldeploy.inventory import bounds
 from acceldeploy.planner.platforms import Platform
-from acceldeploy.readiness import gate as readiness
 from acceldeploy.serving import backends
 from acceldeploy.serving.service import Service
 

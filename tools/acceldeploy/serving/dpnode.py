@@ -60,7 +60,7 @@ def build_node(
 
 
 def watch(where: cluster.Place, platform: Platform, opts: UnitOptions | None = None) -> list[str]:
-    """The launcher's background watch of its node (roles/vllm_service/files/vllm-dp-watch),
+    """The launcher's background watch of its node (tools/acceldeploy/host/helpers/vllm-dp-watch),
     on the head and on every headless node: a node whose peer vanished (no answer to a dial)
     ends its server, and so does a rank whose head restarted (its connection gone); systemd
     starts them again and the group forms anew. The launcher decides whether it can watch

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceldeploy.bench.driver import parse_metrics
+from acceldeploy.host.bench.driver import parse_metrics
 from acceldeploy.monitor import figures, rules
 from acceldeploy.monitor.figures import FIGURES
 

@@ -1,4 +1,4 @@
-"""``python -m acceldeploy.fetch check --root R org/name@rev ...``: published models against
+"""``python -m acceldeploy.host.fetch check --root R org/name@rev ...``: published models against
 their manifests, one JSON line each (exit 1 if any is missing or damaged). Where the repository
 is installed (the controller, or a host that mounts the models' shared storage); on the hosts
 themselves, ``model_weights_verify: full`` does the same through the role."""
@@ -13,7 +13,7 @@ from .manifest import check_published
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m acceldeploy.fetch")
+    parser = argparse.ArgumentParser(prog="python -m acceldeploy.host.fetch")
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="verify published models against their manifests")
     check.add_argument("--root", type=Path, required=True)

@@ -77,7 +77,7 @@ def dial(address: str, port: int, timeout: float = DIAL_TIMEOUT, bind: str = "")
             sock.bind((bind, 0))
         try:
             sock.connect((address, port))
-        except socket.timeout:  # noqa: UP041 (Python 3.9 hosts: not yet TimeoutError)
+        except socket.timeout:  # Python 3.9 hosts: not yet TimeoutError
             return "timeout"
         except OSError as error:
             if error.errno == errno.ECONNREFUSED:

@@ -4,9 +4,9 @@ This package runs on the hosts. It is never copied there as files: Ansible zips 
 plugins/modules/model_weights_fetch.py imports of it (and what that imports, relatively) into
 the module's payload, from the collection's module_utils (plugins/module_utils/acceldeploy, a
 link to this package; docs/developers/collection.md). So every file here imports only the standard
-library and its siblings (relative imports; ``..errors`` and ``..modelref`` above), imports
+library and its siblings (relative imports; ``...errors`` and ``...modelref`` above), imports
 huggingface_hub and modelscope lazily where it uses them (the fetch venv has them), and keeps
-to Python 3.9 (fetch/ruff.toml). The controller imports the same files as ``acceldeploy.fetch``.
+to Python 3.9 (host/ruff.toml). The controller imports the same files as ``acceldeploy.host.fetch``.
 
 On a host, for a models root R and a model ``org/name`` at revision ``rev``:
 

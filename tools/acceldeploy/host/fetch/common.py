@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import AcceldeployError
-from ..modelref import ModelRef, model_dir
+from ...errors import AcceldeployError
+from ...modelref import ModelRef, model_dir
 
 MANIFEST = ".acceldeploy-manifest.json"
 STATE_DIR = ".acceldeploy"

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from acceldeploy.bench import conversations
-    from acceldeploy.bench.unitmemory import process_tree_memory
+    from ..unitmemory import process_tree_memory
+    from . import conversations
 except ImportError:  # on the host: shipped beside this file
     import conversations  # type: ignore[no-redef]
     from unitmemory import process_tree_memory  # type: ignore[no-redef]

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import AcceldeployError
+from ...errors import AcceldeployError
 
 LINK = re.compile(r"^link status: (UP|DOWN)\s*$", re.M)
 HEALTH = re.compile(r"^net health status: (.+?)\s*$", re.M)

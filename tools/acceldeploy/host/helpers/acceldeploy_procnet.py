@@ -1,0 +1,1 @@
+../readiness/procnet.py
