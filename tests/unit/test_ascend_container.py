@@ -207,7 +207,7 @@ def test_bad_image_inputs_are_refused_naming_the_variable(more: dict[str, Any], 
 
 
 def test_the_advisor_names_the_image_only_where_the_host_runs_it(tmp_path: Path) -> None:
-    from acceldeploy.serving import upgrade
+    from acceldeploy import upgrade
 
     conda = upgrade.advise_host("npu-01", host_vars(*ONE), "ascend-vllm-0.13.0")
     assert "container image" not in {f.what for f in conda}

@@ -1,4 +1,4 @@
-"""The upgrade advisor (serving/upgrade.py, `acceldeploy plan upgrade`): on the lab's inventory
+"""The upgrade advisor (upgrade.py, `acceldeploy plan upgrade`): on the lab's inventory
 moving to another cpu stack it refuses nothing that would deploy, and it names what a move
 would break: an extra_args key the target's recorded parser rejects, an env variable the
 target engine no longer reads (from the recorded envs.py names), a series the project reads
@@ -20,7 +20,7 @@ import yaml
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import hosts_vars
 from acceldeploy.planner import enginefacts, stacks
-from acceldeploy.serving import upgrade
+from acceldeploy import upgrade
 from acceldeploy_lab import enginefacts as recorder
 
 REPO = Path(__file__).resolve().parents[2]
