@@ -103,8 +103,8 @@ def test_the_sdist_stack_has_no_image_to_run() -> None:
 
 
 def test_the_advisor_says_the_move_builds_from_the_sdist(tmp_path: Any) -> None:
-    from acceldeploy.inventory.hostvars import hosts_vars
     from acceldeploy import upgrade
+    from acceldeploy.inventory.hostvars import hosts_vars
 
     root = Path(__file__).resolve().parents[2]
     every = hosts_vars(str(root / "inventory/examples/ascend-910b"))

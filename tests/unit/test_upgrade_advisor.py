@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
+from acceldeploy import upgrade
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.hostvars import hosts_vars
 from acceldeploy.planner import enginefacts, stacks
-from acceldeploy import upgrade
 from acceldeploy_lab import enginefacts as recorder
 
 REPO = Path(__file__).resolve().parents[2]

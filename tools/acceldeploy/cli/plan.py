@@ -274,8 +274,8 @@ def read_over_ssh(host: str, hostvars: Mapping[str, Any], script: str) -> str:
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
     """What moving the hosts to --to would change or break, before anything changes."""
-    from acceldeploy.inventory.hostvars import hosts_vars
     from acceldeploy import upgrade
+    from acceldeploy.inventory.hostvars import hosts_vars
 
     every = hosts_vars(args.inventory, args.limit)
     if not every:
