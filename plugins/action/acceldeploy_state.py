@@ -47,10 +47,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         args = dict(self._task.args)
         role = str(args.pop("role", "") or "")
         seen = task_vars or {}
-        whole = drift.whole_run(seen.get("ansible_run_tags") or ["all"],
-                                seen.get("ansible_skip_tags") or [],
-                                bool(seen.get("ansible_check_mode")))  # fmt: skip
-        if args.get("state") == "record" and not whole:
+        if args.get("state") == "record" and not drift.whole_run(
+            seen.get("ansible_run_tags") or ["all"],
+            seen.get("ansible_skip_tags") or [],
+            bool(seen.get("ansible_check_mode")),
+        ):
             result.update(skipped=True, changed=False,
                           skip_reason="only a whole, real run records its converge")  # fmt: skip
             return result

@@ -85,9 +85,7 @@ def state_inputs(scope: Scope) -> dict[str, Any]:
     into the key)."""
     return {
         "plan": scope[f"{ROLE}_plan"],
-        "backend_keys": backend_keys(
-            serving_hosts(scope), scope.inventory
-        ),
+        "backend_keys": backend_keys(scope[f"{ROLE}_backend_hosts"], scope.inventory),
         **{name: scope[f"{ROLE}_{name}"]
            for name in ("client_keys", "check", "timeouts", "retries", "stats_port",
                         "tls_certificate", "affinity_buffer")},
