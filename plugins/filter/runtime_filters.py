@@ -35,16 +35,16 @@ def gaudi_runtime_check(
     return runtimes.gaudi_check(plain(probe), plain(stack), plain(options))
 
 
-def ascend_runtime_fact(gate: Mapping[str, Any]) -> dict[str, Any]:
-    """gate | ascend_runtime_fact: the stable facts recorded for the launcher"""
-    return runtimes.ascend_fact(plain(gate))
+def ascend_runtime_fact(check: Mapping[str, Any]) -> dict[str, Any]:
+    """check | ascend_runtime_fact: the stable facts recorded for the launcher"""
+    return runtimes.ascend_fact(plain(check))
 
 
 def gaudi_runtime_fact(
-    gate: Mapping[str, Any], hccl: Mapping[str, Any] | None = None
+    check: Mapping[str, Any], hccl: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """gate | gaudi_runtime_fact(hccl result): the stable facts recorded for the launcher"""
-    return runtimes.gaudi_fact(plain(gate), plain(hccl) if hccl else None)
+    """check | gaudi_runtime_fact(hccl result): the stable facts recorded for the launcher"""
+    return runtimes.gaudi_fact(plain(check), plain(hccl) if hccl else None)
 
 
 def gaudi_runtime_hccl(output: str) -> dict[str, Any]:

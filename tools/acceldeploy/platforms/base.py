@@ -37,7 +37,7 @@ class PlatformBehaviour:
     smi_command: ClassVar[tuple[str, ...]] = ()
     # Its stacks pin their whole Python environment in a wheel lock, installed --no-deps.
     wheel_lock: ClassVar[bool] = False
-    # The role that gates its hosts' runtime (roles/<this>); none: nothing to gate.
+    # The role that checks its hosts' runtime (roles/<this>); none: nothing to check.
     runtime_role: ClassVar[str | None] = None
     # The vendor's device exporter roles/monitor deploys on its serving hosts (its package's
     # ``exporter``; which host runs it: acceldeploy.monitor.device_exporters); none: it has none.
