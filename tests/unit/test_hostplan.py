@@ -1,4 +1,4 @@
-"""One plan per host: every platform fact from one Platform, one pipeline from the inventory to
+"""One plan per host: every platform fact from one HostPlatform, one pipeline from the inventory to
 the unit, shared by preflight, `plan.py render`, the unit and verify."""
 
 import contextlib

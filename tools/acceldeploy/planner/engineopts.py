@@ -147,5 +147,5 @@ def _with_choices(entry: Mapping[str, Any], added: list[str]) -> Mapping[str, An
 
 
 def platform_engine(platform: Any) -> EngineOptions:
-    """The engine options of a Platform's stack (its file plus its plugin's additions)."""
+    """The engine options of a HostPlatform's stack (its file plus its plugin's additions)."""
     return engine_options(platform.engine_options, platform.engine_additions, platform.stack)

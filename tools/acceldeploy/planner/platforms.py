@@ -1,12 +1,14 @@
-"""Platforms: everything that differs between Ascend, Gaudi and the CPU lab, in one object.
+"""A host's platform: its platform's class and profile, joined with the host's stack and how it
+runs vLLM, in one object.
 
-A `Platform` joins the accelerator profile (data/platforms.yml: block size, device variable and
-nodes, memory budget, default env and flags, device groups, start timeout) with the host's
-stack (versions/stacks.yml, the one its acceldeploy_stack names or the platform's default: the
-vLLM version the services must report, its engine options, its env defaults over the
-platform's, the env scripts, the Gaudi image, how its containers start and the names its
-bucketing is set under). Every module takes its platform facts from here; what the platform
-does differently is its class in ``acceldeploy.platforms`` (``Platform.behaviour``).
+A `HostPlatform` joins the platform's profile (its class's ``profile``, data/platforms.yml:
+block size, device variable and nodes, memory budget, default env and flags, device groups,
+start timeout) with the host's stack (versions/stacks.yml, the one its acceldeploy_stack names
+or the platform's default: the vLLM version the services must report, its engine options, its
+env defaults over the platform's, the env scripts, the Gaudi image, how its containers start
+and the names its bucketing is set under) and the host's runtime (python_env_manager). Every
+module takes a host's platform facts from here; what the platform does its own way is its
+class in ``acceldeploy.platforms`` (``HostPlatform.behaviour``).
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceldeploy.data_files import load
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.planner import defects
 from acceldeploy.planner.stacks import bucketing, engine_additions, host_stack, metric_names
-from acceldeploy.platforms import PlatformBehaviour, for_name
+from acceldeploy.platforms import PlatformBehaviour, find, for_name, known_names
 
 CONTAINER = "container"
 # The group of Docker's socket: a unit that runs the docker CLI joins it (root-equivalent).
@@ -26,7 +27,7 @@ DOCKER_GROUP = "docker"
 
 
 @dataclass(frozen=True)
-class Platform:
+class HostPlatform:
     name: str
     block_size: int
     device_env: str | None
@@ -34,7 +35,6 @@ class Platform:
     activation_gib: float
     non_torch_gib: float
     runtime: str  # conda | venv | container: how the host runs vLLM (python_env_manager)
-    smi: str | None
     device_node_pattern: str | None
     vllm_version: str  # what the services' /version must report (the stack's pin)
     engine_options: str  # data/engine-options/<this>.json: the engine's `vllm serve` options
@@ -80,7 +80,7 @@ class Platform:
 
 
 def platform_names() -> list[str]:
-    return sorted(load("platforms"))
+    return sorted(known_names())
 
 
 RUNTIMES = ("conda", "venv", CONTAINER)
@@ -110,28 +110,29 @@ def host_runtime(platform: str, default: str, manager: str, pins: dict[str, Any]
 
 def runs_in_image(platform: str, manager: str, pins: dict[str, Any]) -> bool:
     """Whether a host of ``platform`` on the stack ``pins`` runs vLLM in the stack's image."""
-    default = str(load("platforms")[platform]["runtime"])
+    default = str(for_name(platform).profile["runtime"])
     return host_runtime(platform, default, manager, pins) == CONTAINER
 
 
 def get_platform(
     name: str, stacks_file: str | None = None, stack_name: str = "", manager: str = ""
-) -> Platform:
+) -> HostPlatform:
     """The platform's profile joined with the host's stack (``stack_name``: its
     acceldeploy_stack; empty: the platform's default) and how the host runs vLLM
     (``manager``: its python_env_manager; empty: the platform's default)."""
-    raw: dict[str, Any] | None = load("platforms").get(name)
-    if raw is None:
+    behaviour = find(name)
+    if behaviour is None:
         raise AcceldeployError(
             f"acceldeploy_platform {name!r} is unknown; set it to one of "
             f"{', '.join(platform_names())}"
         )
+    raw = behaviour.profile
     pins = host_stack(name, stack_name, stacks_file or None)
     runtime = host_runtime(name, str(raw["runtime"]), manager, pins)
     groups = tuple(str(g) for g in raw["groups"])
     if runtime == CONTAINER and DOCKER_GROUP not in groups:
         groups = (*groups, DOCKER_GROUP)
-    return Platform(
+    return HostPlatform(
         name=name,
         block_size=int(raw["block_size"]),
         device_env=raw["device_env"],
@@ -139,7 +140,6 @@ def get_platform(
         activation_gib=float(raw["activation_gib"]),
         non_torch_gib=float(raw["non_torch_gib"]),
         runtime=runtime,
-        smi=raw["smi"],
         device_node_pattern=raw["device_node_pattern"],
         vllm_version=str(pins["vllm"]),
         engine_options=str(pins["engine_options"]),

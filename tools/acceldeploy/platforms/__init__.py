@@ -12,7 +12,7 @@ Ascend, Gaudi and the CPU lab, each in its own module, found by name with ``for_
   (what a device exporter declares).
 
 The platforms' numbers are data (data/platforms.yml); ``acceldeploy.planner.platforms`` joins
-them with the host's stack into a ``Platform``, whose ``behaviour`` is its class here. The
+them with the host's stack into a ``HostPlatform``, whose ``behaviour`` is its class here. The
 classes and what they use import nothing of acceldeploy but its errors and data files, so every
 layer above may use them; a platform's runtime check sits above the planner, whose stacks its
 refusals name (pyproject.toml's import contracts place each part).

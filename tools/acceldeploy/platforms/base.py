@@ -3,7 +3,7 @@
 One subclass per platform (ascend.py, gaudi.py, cpu.py), found by its name with
 ``acceldeploy.platforms.for_name``. The classes hold behaviour only: the numbers (block size,
 memory, env, device nodes) stay in data/platforms.yml, which
-``acceldeploy.planner.platforms`` joins with the host's stack into a ``Platform``.
+``acceldeploy.planner.platforms`` joins with the host's stack into a ``HostPlatform``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from acceldeploy.data_files import load
 from acceldeploy.platforms.exporter import Exporter
 
 HEALTHY = "OK"
@@ -51,6 +52,14 @@ class PlatformBehaviour:
     shape_buckets: ClassVar[bool] = False
     # MiB: the least growth of a service's memory over a bench's rounds called a leak.
     leak_floor_mib: ClassVar[float] = 256.0
+
+    @property
+    def profile(self) -> dict[str, Any]:
+        """Its numbers: its entry in data/platforms.yml (block size, device variable and nodes,
+        memory budget, default env and flags, device groups, start timeout, its default
+        runtime)."""
+        entry: dict[str, Any] = load("platforms")[self.name]
+        return entry
 
     def runs(self, stack: Mapping[str, Any]) -> bool:
         """The stack (an entry of versions/stacks.yml) is one of this platform's."""

@@ -32,7 +32,7 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.host.readiness import gate as readiness
 from acceldeploy.inventory import bounds
-from acceldeploy.planner.platforms import Platform
+from acceldeploy.planner.platforms import HostPlatform
 from acceldeploy.serving import backends
 from acceldeploy.serving.service import Service
 
@@ -130,7 +130,7 @@ def place(service: Service, host: str, ips: Mapping[str, str]) -> Place:
     return Place(service, host, {n: ips[n] for n in service.nodes})
 
 
-def node_env(platform: Platform, where: Place) -> dict[str, str]:
+def node_env(platform: HostPlatform, where: Place) -> dict[str, str]:
     """The network variables of one node: its own address, the NIC the collectives use (a
     wrong NIC picked by Gloo or HCCL is the commonest multi-node failure) and the platform's
     own per-node variables (data/platforms.yml node_env; `{ip}` is the node's address)."""
@@ -142,7 +142,7 @@ def node_env(platform: Platform, where: Place) -> dict[str, str]:
     return env
 
 
-def per_node_env(platform: Platform) -> dict[str, str]:
+def per_node_env(platform: HostPlatform) -> dict[str, str]:
     """The variables node_env gives each node its own value of, upper-case -> what sets them:
     its address (VLLM_HOST_IP and the platform's `{ip}` variables) and its NIC."""
     owners = {"VLLM_HOST_IP": f"{NODE_IP_VAR} (each node's own address, per host)"}
@@ -163,7 +163,7 @@ def per_node_env(platform: Platform) -> dict[str, str]:
     return owners
 
 
-def check_split(service: Service, platform: Platform) -> None:
+def check_split(service: Service, platform: HostPlatform) -> None:
     """backend nnodes only where the stack's vLLM can split a model over hosts that way
     (versions/stacks.yml nnodes_split: tensor, pipeline)."""
     if not (service.backend and service.backend.needs_stack_split):
@@ -188,7 +188,7 @@ def check_split(service: Service, platform: Platform) -> None:
             )
 
 
-def check_node_env(service: Service, platform: Platform) -> None:
+def check_node_env(service: Service, platform: HostPlatform) -> None:
     """A multi-node service's env may not set a per-node network variable: one value in the
     service's env would override every node's own (render.service_env applies it last)."""
     if not service.nodes:
@@ -211,7 +211,7 @@ def units_on(service: Service, host: str) -> list[str]:
     return node + ([service.name] if service.nodes[0] == host else [])
 
 
-def gate_spec(where: Place, platform: Platform) -> dict[str, Any]:
+def gate_spec(where: Place, platform: HostPlatform) -> dict[str, Any]:
     """What one node checks before its group starts or restarts (readiness.py judges it): its
     NIC and address, the head's cluster port free on the head and answered from every other
     node, an ephemeral-range port answered between every pair of nodes, on Ascend the NPUs in

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.planner.platforms import Platform
+from acceldeploy.planner.platforms import HostPlatform
 from acceldeploy.serving import cluster, layout, render
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.service import Service
@@ -26,7 +26,10 @@ WATCH_INTERVAL, WATCH_MISSES = 5, 3
 
 
 def build_node(
-    service: Service, platform: Platform, context: HostContext, options: UnitOptions | None = None
+    service: Service,
+    platform: HostPlatform,
+    context: HostContext,
+    options: UnitOptions | None = None,
 ) -> ServiceUnit:
     if (
         not service.backend
@@ -59,7 +62,9 @@ def build_node(
     )
 
 
-def watch(where: cluster.Place, platform: Platform, opts: UnitOptions | None = None) -> list[str]:
+def watch(
+    where: cluster.Place, platform: HostPlatform, opts: UnitOptions | None = None
+) -> list[str]:
     """The launcher's background watch of its node (tools/acceldeploy/host/helpers/vllm-dp-watch),
     on the head and on every headless node: a node whose peer vanished (no answer to a dial)
     ends its server, and so does a rank whose head restarted (its connection gone); systemd

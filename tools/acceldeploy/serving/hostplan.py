@@ -19,7 +19,7 @@ from typing import Any
 from acceldeploy.errors import AcceldeployError
 from acceldeploy.inventory.roledefaults import value
 from acceldeploy.planner.engineopts import platform_engine
-from acceldeploy.planner.platforms import Platform, get_platform
+from acceldeploy.planner.platforms import HostPlatform, get_platform
 from acceldeploy.serving import cluster, dpnode, raynode, render
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.render import render_service
@@ -48,7 +48,7 @@ PLAN_VARS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class HostPlan:
-    platform: Platform
+    platform: HostPlatform
     services: list[Service]
     context: HostContext
     unit_options: UnitOptions

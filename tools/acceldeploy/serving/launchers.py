@@ -1,6 +1,6 @@
 """How a host's services start: one launcher strategy per way of running vLLM, chosen once.
 
-`launcher_for(platform)` picks it from how the host runs vLLM (``Platform.runtime``, its
+`launcher_for(platform)` picks it from how the host runs vLLM (``HostPlatform.runtime``, its
 python_env_manager): `VenvLauncher` runs vLLM (and Ray) from the env python_env built on the
 host (conda or venv: Ascend, the CPU lab), `ContainerLauncher` `docker run`s them in the
 stack's image (Gaudi always; Ascend when python_env_manager is container). Each owns what
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.planner.platforms import Platform
+from acceldeploy.planner.platforms import HostPlatform
 from acceldeploy.runtimes.python_env import built_prefix, env_prefix
 from acceldeploy.serving import gaudi_launch
 from acceldeploy.serving.service import LOOPBACK, WILDCARDS, Service
@@ -101,7 +101,7 @@ def numa_binding(launch: Launch, topology: Sequence[Mapping[str, Any]]) -> tuple
 class Launcher(ABC):
     """What differs between running vLLM from the host's env and from a container."""
 
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: HostPlatform) -> None:
         self.platform = platform
 
     @abstractmethod
@@ -332,6 +332,6 @@ def recipe_dir(cache_dir: str) -> str:
     return f"{cache_dir}/hpu-recipes"
 
 
-def launcher_for(platform: Platform) -> Launcher:
+def launcher_for(platform: HostPlatform) -> Launcher:
     """The host's launcher: the one place that asks whether it runs a container."""
     return ContainerLauncher(platform) if platform.container else VenvLauncher(platform)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.planner.platforms import Platform
+from acceldeploy.planner.platforms import HostPlatform
 from acceldeploy.serving import backends, cluster, render
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.layout import UnitLayout, cache_dir, state_dir
@@ -29,11 +29,11 @@ def ray_temp_dir(service_name: str) -> str:
     return f"{state_dir(service_name)}/{RAY_TEMP}"
 
 
-def ray_command(platform: Platform, context: HostContext) -> str:
+def ray_command(platform: HostPlatform, context: HostContext) -> str:
     return launcher_for(platform).ray_command(context.env_prefix)
 
 
-def ray_argv(service: Service, platform: Platform, context: HostContext) -> list[str]:
+def ray_argv(service: Service, platform: HostPlatform, context: HostContext) -> list[str]:
     where = render.node_place(service, context)
     metrics = backends.RAY.node_metrics_port(service.cluster_port)
     argv = [ray_command(platform, context), "start", "--block", "--disable-usage-stats",
@@ -47,7 +47,10 @@ def ray_argv(service: Service, platform: Platform, context: HostContext) -> list
 
 
 def build_node(
-    service: Service, platform: Platform, context: HostContext, options: UnitOptions | None = None
+    service: Service,
+    platform: HostPlatform,
+    context: HostContext,
+    options: UnitOptions | None = None,
 ) -> ServiceUnit:
     if not service.nodes:
         raise AcceldeployError(f"{service.where}: only a service with nodes has a Ray node unit")

@@ -15,7 +15,7 @@ from acceldeploy.modelref import model_dir
 from acceldeploy.planner import engineopts
 from acceldeploy.planner.kvplan import GIB, KVLayout, MemoryBudget, kv_layout, largest_fitting_len
 from acceldeploy.planner.modelconfig import ModelArch, load_model_arch
-from acceldeploy.planner.platforms import Platform
+from acceldeploy.planner.platforms import HostPlatform
 from acceldeploy.serving import cluster
 from acceldeploy.serving.launchers import launcher_for
 from acceldeploy.serving.layout import cache_dir
@@ -42,7 +42,7 @@ def model_arch(service: Service) -> ModelArch:
     )
 
 
-def available_kv_bytes(service: Service, platform: Platform, env: dict[str, str]) -> int:
+def available_kv_bytes(service: Service, platform: HostPlatform, env: dict[str, str]) -> int:
     """KV cache memory per rank that vLLM will find, from the platform's budget rules."""
     if platform.device_memory_bytes is None:
         # Unset, vLLM picks the budget itself, and the versions differ (vllm/platforms/cpu.py
@@ -142,7 +142,7 @@ def group_options(service: Service, place: cluster.Place | None) -> dict[str, An
 
 
 def engine_options(
-    service: Service, platform: Platform, length: int, place: cluster.Place | None = None
+    service: Service, platform: HostPlatform, length: int, place: cluster.Place | None = None
 ) -> dict[str, Any]:
     """The vLLM flags the toolkit owns, the platform's defaults, then the service's extras."""
     options: dict[str, Any] = {
@@ -173,7 +173,7 @@ def engine_options(
     return options
 
 
-def service_env(service: Service, platform: Platform, context: HostContext) -> dict[str, str]:
+def service_env(service: Service, platform: HostPlatform, context: HostContext) -> dict[str, str]:
     """The platform's variables, the devices, the node's network variables (a multi-node
     service) and the service's own: what vLLM (and, on every node, Ray) starts with."""
     env = dict(platform.env)
@@ -191,7 +191,7 @@ def node_place(service: Service, context: HostContext) -> cluster.Place:
     return cluster.place(service, context.host, context.node_ips)
 
 
-def render_service(service: Service, platform: Platform, context: HostContext) -> Launch:
+def render_service(service: Service, platform: HostPlatform, context: HostContext) -> Launch:
     env = service_env(service, platform, context)
     place = node_place(service, context) if service.nodes else None
     ray = place is not None and not service.headless_nodes

@@ -19,7 +19,7 @@ from typing import Any
 
 from acceldeploy.data_files import DATA_DIR
 from acceldeploy.errors import AcceldeployError
-from acceldeploy.planner.platforms import Platform
+from acceldeploy.planner.platforms import HostPlatform
 from acceldeploy.planner.stacks import DEFAULT_METRICS
 from acceldeploy.serving import layout
 from acceldeploy.serving.launchers import launcher_for
@@ -111,7 +111,7 @@ class _Place:
     groups: tuple[str, ...]
 
     @classmethod
-    def of(cls, launch: Launch, platform: Platform, opts: UnitOptions) -> _Place:
+    def of(cls, launch: Launch, platform: HostPlatform, opts: UnitOptions) -> _Place:
         name, files = launch.name, opts.layout
         return cls(
             name=name,
@@ -128,7 +128,7 @@ class _Place:
         )
 
 
-def cluster_check_argv(launch: Launch, platform: Platform, opts: UnitOptions) -> list[str]:
+def cluster_check_argv(launch: Launch, platform: HostPlatform, opts: UnitOptions) -> list[str]:
     """The head's ray-wait with one look (timeout 0): exit 0 when the cluster holds every
     node with its devices, else 1 naming the missing node (tools/verify.py runs it)."""
     place = _Place.of(launch, platform, opts)
@@ -136,7 +136,11 @@ def cluster_check_argv(launch: Launch, platform: Platform, opts: UnitOptions) ->
 
 
 def ray_wait_argv(
-    launch: Launch, platform: Platform, place: _Place, opts: UnitOptions, timeout: int | None = None
+    launch: Launch,
+    platform: HostPlatform,
+    place: _Place,
+    opts: UnitOptions,
+    timeout: int | None = None,
 ) -> list[str]:
     """`ray-wait`: until the group's cluster holds every node, each with the devices its
     ranks need (the platform's Ray resource), or the start timeout; it names a missing node."""
@@ -151,7 +155,7 @@ def ray_wait_argv(
 
 def _directives(
     launch: Launch,
-    platform: Platform,
+    platform: HostPlatform,
     place: _Place,
     env: dict[str, str],
     opts: UnitOptions,
@@ -198,7 +202,7 @@ def _directives(
 
 
 def build(
-    launch: Launch, platform: Platform, models_root: str, options: UnitOptions | None = None
+    launch: Launch, platform: HostPlatform, models_root: str, options: UnitOptions | None = None
 ) -> ServiceUnit:
     opts = options or UnitOptions()
     place = _Place.of(launch, platform, opts)
