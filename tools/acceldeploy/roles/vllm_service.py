@@ -23,6 +23,12 @@ from acceldeploy.serving.layout import UnitLayout
 from acceldeploy.serving.service import host_services, service_listeners
 
 ROLE = "vllm_service"
+# The toolkit's own scripts installed beside the launchers (tools/acceldeploy/host/helpers/,
+# through roles/vllm_service/files/), with the host's TCP reader and peer dial they import; a
+# node of a multi-node service also gets ray-wait (a Ray group's head waits with it for every
+# node) and vllm-dp-watch (a data-parallel group node's watch of its peers).
+HELPERS = ("vllm-ready", "vllm-drain", "vllm-unit-verify", "acceldeploy_procnet.py")
+NODE_HELPERS = ("ray-wait", "vllm-dp-watch")
 
 
 def plan_vars(scope: Scope) -> dict[str, Any]:
@@ -70,9 +76,11 @@ def gateway_targets(scope: Scope, names: Sequence[str]) -> list[dict[str, str]]:
 def plan(scope: Scope) -> dict[str, Any]:
     values = plan_vars(scope)
     units = [unit.to_dict() for unit in hostplan.plan_host(values)]
+    node_view = hostplan.node_view(values)
     return {
         "vllm_service_units": units,
-        "vllm_service_node_view": hostplan.node_view(values),
+        "vllm_service_node_view": node_view,
+        "vllm_service_helpers": [*HELPERS, *(NODE_HELPERS if node_view.get("services") else ())],
         "vllm_service_gateway_targets": gateway_targets(scope, [str(u["name"]) for u in units]),
     }
 
