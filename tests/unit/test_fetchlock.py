@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -216,9 +217,9 @@ class FakePip:
     def __init__(self, rc=0, skip=0):
         self.rc, self.skip, self.calls, self.argv = rc, skip, 0, []
 
-    def __call__(self, argv, check):
+    def __call__(self, argv, check, stdout=None):
         self.calls += 1
-        self.argv = argv
+        self.argv, self.stdout = argv, stdout
         dest = Path(argv[argv.index("--dest") + 1])
         pins = Path(argv[argv.index("--requirement") + 1]).read_text().split()
         for pin in pins[self.skip :]:
@@ -234,6 +235,20 @@ def run_cli(tmp_path, monkeypatch, pip, lock=SAMPLE, python="3.10", extra=()):
     return fetchlock.main(
         [*args, "--dest", str(tmp_path / "set"), "--lock", str(tmp_path / "lock.txt")]
     )
+
+
+def test_a_caller_whose_stdout_is_its_answer_gets_the_progress_elsewhere(
+    tmp_path, monkeypatch, capsys
+):
+    """acceldeploy bundle build --json prints its summary alone on stdout: the hub clients'
+    download it runs says its progress, and pip its own, on the stream it names."""
+    (tmp_path / "lock.txt").write_text(SAMPLE)
+    pip = FakePip()
+    monkeypatch.setattr(fetchlock.subprocess, "run", pip)
+    args = (tmp_path / "lock.txt", tmp_path / "set", "3.10", "x86_64", 31, ())
+    assert fetchlock.download(*args, out=sys.stderr) == 0
+    seen = capsys.readouterr()
+    assert seen.out == "" and "4 pins for CPython 3.10" in seen.err and pip.stdout is sys.stderr
 
 
 def test_cli_downloads_then_skips(tmp_path, monkeypatch, capsys):

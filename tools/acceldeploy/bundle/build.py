@@ -181,7 +181,7 @@ def hub_wheels(klass: HostClass, cache: Path, say: Say) -> list[Path]:
     if not (dest / "requirements.txt").is_file():
         say(f"{klass.key}: fetching the hub clients' wheels ({klass.hub_key})")
         status = fetchlock.download(
-            fetchlock.LOCK, dest, klass.hub_python, klass.arch, klass.glibc, ()
+            fetchlock.LOCK, dest, klass.hub_python, klass.arch, klass.glibc, (), out=sys.stderr
         )
         if status != 0:
             raise AcceldeployError(f"the hub clients' wheels for {klass.hub_key}: pip failed")

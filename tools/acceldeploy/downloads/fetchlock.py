@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -162,8 +162,8 @@ def command(
     return argv + [f"--pip-arg={arg}" for arg in pip_args]
 
 
-def _say(start: float, message: str) -> None:
-    print(f"[{time.monotonic() - start:7.1f}s] {message}", flush=True)
+def _say(start: float, message: str, out: TextIO | None = None) -> None:
+    print(f"[{time.monotonic() - start:7.1f}s] {message}", file=out or sys.stdout, flush=True)
 
 
 def _size_mb(directory: Path) -> float:
@@ -196,16 +196,24 @@ def replacing(dest: Path) -> Iterator[Path]:
 
 
 def download(
-    lock: Path, dest: Path, python: str, arch: str, glibc_minor: int, extra_args: Sequence[str]
+    lock: Path,
+    dest: Path,
+    python: str,
+    arch: str,
+    glibc_minor: int,
+    extra_args: Sequence[str],
+    out: TextIO | None = None,
 ) -> int:
-    """The CLI's ``download``: DIR/requirements.txt and its wheels, or nothing new at DIR."""
+    """The CLI's ``download``: DIR/requirements.txt and its wheels, or nothing new at DIR. Its
+    progress and pip's output go to ``out`` (default stdout; a caller whose stdout is its
+    answer, as ``acceldeploy bundle build --json``, names stderr)."""
     start = time.monotonic()
     pins = pins_for(lock.read_text(), python, arch)
     wanted = "".join(f"{pin}\n" for pin in pins)
-    _say(start, f"{lock}: {len(pins)} pins for CPython {python} {arch} glibc 2.{glibc_minor}")
+    _say(start, f"{lock}: {len(pins)} pins for CPython {python} {arch} glibc 2.{glibc_minor}", out)
     current = dest / "requirements.txt"
     if current.is_file() and current.read_text() == wanted:
-        _say(start, f"{dest}: already complete ({_size_mb(dest):.1f} MB)")
+        _say(start, f"{dest}: already complete ({_size_mb(dest):.1f} MB)", out)
         return 0
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
@@ -214,18 +222,20 @@ def download(
         argv = download_argv(
             sys.executable, tmp, tmp / "requirements.txt", python, arch, glibc_minor, extra_args
         )
-        _say(start, "pip download --only-binary=:all: --no-deps ...")
-        if subprocess.run(argv, check=False).returncode != 0:
-            _say(start, f"pip download failed; nothing changed at {dest}")
+        _say(start, "pip download --only-binary=:all: --no-deps ...", out)
+        if subprocess.run(argv, stdout=out, check=False).returncode != 0:
+            _say(start, f"pip download failed; nothing changed at {dest}", out)
             return 1
         wheels = sorted(p.name for p in tmp.glob("*.whl"))
         if len(wheels) != len(pins):
-            _say(start, f"{len(wheels)} wheels for {len(pins)} pins; nothing changed at {dest}")
+            _say(
+                start, f"{len(wheels)} wheels for {len(pins)} pins; nothing changed at {dest}", out
+            )
             return 1
-        _say(start, f"downloaded {len(wheels)} wheels, {_size_mb(tmp):.1f} MB")
+        _say(start, f"downloaded {len(wheels)} wheels, {_size_mb(tmp):.1f} MB", out)
         tmp.chmod(0o755)
         put_in_place(tmp, dest)
-        _say(start, f"{dest}: complete")
+        _say(start, f"{dest}: complete", out)
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
