@@ -34,8 +34,10 @@ GROUP = groups.MONITORS
 JOBS = ("vllm", "node", "ray", *device_exporters.EXPORTERS)
 NODE_EXPORTER_PORT = "monitor_node_exporter_port"
 # What listens on each exporter's port, for the messages.
-EXPORTERS = {NODE_EXPORTER_PORT: "node exporter", "monitor_npu_exporter_port": "npu-exporter",
-             "monitor_gaudi_exporter_port": "Intel's metric exporter"}  # fmt: skip
+EXPORTERS = {
+    NODE_EXPORTER_PORT: "node exporter",
+    **{e.port_variable: e.name for e in device_exporters.EXPORTERS.values()},
+}
 PROMETHEUS_PORT = "monitor_prometheus_port"
 LISTENERS = {PROMETHEUS_PORT: "Prometheus", **EXPORTERS}
 # What the role installs from the distribution: Prometheus on the monitors, node exporter on
@@ -173,7 +175,6 @@ VIEW_KEYS = ("group_names", groups.SERVES_VAR, "ansible_host", cluster.NODE_IP_V
              "acceldeploy_platform",
              "acceldeploy_services", STACK_VAR, STACKS_FILE_VAR,
              "monitor_node_exporter_port", "monitor_device_exporters",
-             "monitor_npu_exporter_port", "monitor_gaudi_exporter_port",
              # the ports the inventory gives a host, which its exporters must not take
              "ansible_port", "monitor_prometheus_port", "gateway_frontends",
              "gateway_stats_port", *device_exporters.VIEW_KEYS)  # fmt: skip

@@ -77,20 +77,27 @@ class ExporterInputs(Protocol):
 @dataclass(frozen=True)
 class Exporter:
     """A vendor's device exporter: its Prometheus job (its key in data/device-exporters.yml),
-    the variable of its port, the variables of its artefact (the first one deploys it), the
-    variables its plan reads, its unit, the role's task file that deploys it
-    (roles/monitor/tasks/), and how it is planned, which files it leaves on the host beside its
-    unit file, and its unit's directives that depend on the host."""
+    how messages name it, the variable of its port, the variables of its artefact (the first
+    one deploys it), the other variables its plan reads (its settings), its unit, the role's
+    task file that deploys it (roles/monitor/tasks/), and how it is planned, which files it
+    leaves on the host beside its unit file, and its unit's directives that depend on the
+    host."""
 
     job: str
+    name: str
     port_variable: str
     variables: tuple[str, ...]
-    reads: tuple[str, ...]
+    settings: tuple[str, ...]
     unit: str
     tasks: str
     plan: Callable[[ExporterInputs], dict[str, Any]]
     files: Callable[[Mapping[str, Any]], list[str]]
     directives: Callable[[Mapping[str, Any], Sequence[str], Sequence[str]], dict[str, Any]]
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every variable of the host its plan reads: its port, its artefact's, its settings."""
+        return (self.port_variable, *self.variables, *self.settings)
 
 
 def ip_allow(address: str, scrapers: Sequence[str]) -> list[str]:

@@ -137,10 +137,10 @@ def _directives(
 
 NPU = Exporter(
     job="npu",
+    name="npu-exporter",
     port_variable="monitor_npu_exporter_port",
     variables=("monitor_npu_exporter_package",),
-    reads=(
-        "monitor_npu_exporter_package",
+    settings=(
         "monitor_npu_exporter_checksum",
         "monitor_npu_exporter_update_time",
         "monitor_npu_exporter_args",

@@ -75,13 +75,10 @@ def _directives(
 
 GAUDI = Exporter(
     job="gaudi",
+    name="Intel's metric exporter",
     port_variable="monitor_gaudi_exporter_port",
     variables=("monitor_gaudi_exporter_image", "monitor_gaudi_exporter_image_tarball"),
-    reads=(
-        "monitor_gaudi_exporter_image",
-        "monitor_gaudi_exporter_image_tarball",
-        "monitor_gaudi_exporter_image_tarball_checksum",
-    ),
+    settings=("monitor_gaudi_exporter_image_tarball_checksum",),
     unit=UNIT,
     tasks="gaudi_exporter.yml",
     plan=_plan,
