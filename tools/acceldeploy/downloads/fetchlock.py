@@ -162,10 +162,6 @@ def command(
     return argv + [f"--pip-arg={arg}" for arg in pip_args]
 
 
-def _say(start: float, message: str, out: TextIO | None = None) -> None:
-    print(f"[{time.monotonic() - start:7.1f}s] {message}", file=out or sys.stdout, flush=True)
-
-
 def _size_mb(directory: Path) -> float:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file()) / 1e6
 
@@ -208,12 +204,17 @@ def download(
     progress and pip's output go to ``out`` (default stdout; a caller whose stdout is its
     answer, as ``acceldeploy bundle build --json``, names stderr)."""
     start = time.monotonic()
+    stream = out or sys.stdout
+
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - start:7.1f}s] {message}", file=stream, flush=True)
+
     pins = pins_for(lock.read_text(), python, arch)
     wanted = "".join(f"{pin}\n" for pin in pins)
-    _say(start, f"{lock}: {len(pins)} pins for CPython {python} {arch} glibc 2.{glibc_minor}", out)
+    say(f"{lock}: {len(pins)} pins for CPython {python} {arch} glibc 2.{glibc_minor}")
     current = dest / "requirements.txt"
     if current.is_file() and current.read_text() == wanted:
-        _say(start, f"{dest}: already complete ({_size_mb(dest):.1f} MB)", out)
+        say(f"{dest}: already complete ({_size_mb(dest):.1f} MB)")
         return 0
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
@@ -222,20 +223,18 @@ def download(
         argv = download_argv(
             sys.executable, tmp, tmp / "requirements.txt", python, arch, glibc_minor, extra_args
         )
-        _say(start, "pip download --only-binary=:all: --no-deps ...", out)
+        say("pip download --only-binary=:all: --no-deps ...")
         if subprocess.run(argv, stdout=out, check=False).returncode != 0:
-            _say(start, f"pip download failed; nothing changed at {dest}", out)
+            say(f"pip download failed; nothing changed at {dest}")
             return 1
         wheels = sorted(p.name for p in tmp.glob("*.whl"))
         if len(wheels) != len(pins):
-            _say(
-                start, f"{len(wheels)} wheels for {len(pins)} pins; nothing changed at {dest}", out
-            )
+            say(f"{len(wheels)} wheels for {len(pins)} pins; nothing changed at {dest}")
             return 1
-        _say(start, f"downloaded {len(wheels)} wheels, {_size_mb(tmp):.1f} MB", out)
+        say(f"downloaded {len(wheels)} wheels, {_size_mb(tmp):.1f} MB")
         tmp.chmod(0o755)
         put_in_place(tmp, dest)
-        _say(start, f"{dest}: complete", out)
+        say(f"{dest}: complete")
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
