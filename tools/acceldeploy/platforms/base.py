@@ -1,9 +1,10 @@
 """What every platform answers, and the answers most platforms share.
 
-One subclass per platform (ascend.py, gaudi.py, cpu.py), found by its name with
-``acceldeploy.platforms.for_name``. The classes hold behaviour only: the numbers (block size,
-memory, env, device nodes) stay in data/platforms.yml, which
-``acceldeploy.planner.platforms`` joins with the host's stack into a ``HostPlatform``.
+One subclass per platform (its package's platform.py: ascend/, gaudi/, cpu/), found by its name
+with ``acceldeploy.platforms.for_name``. A class says what its platform does its own way and
+reads its numbers (block size, memory, env, device nodes), its ``profile``, from
+data/platforms.yml; ``acceldeploy.planner.platforms`` joins them with the host's stack into a
+``HostPlatform``.
 """
 
 from __future__ import annotations
